@@ -1,0 +1,61 @@
+# flashbox: thin targets; the logic lives in Python modules and scripts/.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Debian packages the tests use (Prometheus and promtool for the monitoring tests).
+DEBS := prometheus
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help venv debs demo test test-full lint up down logs bench check-config dashboards
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,bench]'
+	@touch $(STAMP)
+
+venv: $(STAMP) ## create the virtualenv with everything the tests and benchmarks need
+
+debs: ## install the Debian packages the tests use, when missing
+	@scripts/ensure-debs.sh $(DEBS)
+
+demo: $(STAMP) ## two simulated engine replicas + the gateway on loopback; Ctrl-C stops all
+	$(PY) -m scripts.demo
+
+test: $(STAMP) debs ## the test suite (what CI runs)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-full: $(STAMP) debs ## the long suites too (15,000 template cases, soak-sized property runs)
+	$(PY) -m pytest -q -m '' $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff, mypy --strict, hadolint
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	@if [ -f Dockerfile ]; then $(VENV)/bin/hadolint Dockerfile; fi
+
+bench: $(STAMP) ## CPU-feasible benchmarks against simulators; report in bench-results/
+	$(PY) -m bench all --out bench-results
+
+dashboards: $(STAMP) ## regenerate the committed Grafana dashboard JSON from code
+	$(PY) -m monitoring.grafana.generate
+
+check-config: $(STAMP) ## validate compose.yaml for each profile and the engine profiles
+	$(VENV)/bin/docker-compose -f compose.yaml --profile sim config -q
+	$(VENV)/bin/docker-compose -f compose.yaml --profile gpu config -q
+	$(PY) -m engine.launch --profile config/engine/rtx-pro-6000-epyc.yaml --dry-run
+
+up: ## on a GPU host: engine + gateway + Prometheus + Grafana
+	docker compose --profile gpu up -d
+
+down: ## stop whatever `make up` or the sim profile started
+	docker compose --profile gpu --profile sim down
+
+logs: ## follow the logs of the running stack
+	docker compose --profile gpu --profile sim logs -f --tail=100

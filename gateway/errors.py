@@ -1,0 +1,105 @@
+"""The gateway's one exception hierarchy.
+
+Every failure a request can meet is one of these; `gateway.app` maps them to OpenAI-shaped
+JSON (`{"error": {"message", "type", "param", "code"}}`) in one place. 4xx classes are the
+client's fault and their message says what to fix; 5xx classes are ours or the engine's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    """Base class: carries everything needed to answer the client."""
+
+    status_code: int = 500
+    error_type: str = "server_error"
+    default_code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+        self.headers = headers or {}
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequestError(GatewayError):
+    """The request is malformed or asks for something we do not support (400)."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class TemplateInputError(InvalidRequestError):
+    """The chat template rejected the conversation (raise_exception, bad types, bad ids)."""
+
+    default_code = "invalid_template_input"
+
+
+class AuthenticationError(GatewayError):
+    status_code = 401
+    error_type = "authentication_error"
+    default_code = "invalid_api_key"
+
+
+class PermissionDeniedError(GatewayError):
+    status_code = 403
+    error_type = "permission_error"
+
+
+class NotFoundError(GatewayError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    default_code = "not_found"
+
+
+class PayloadTooLargeError(GatewayError):
+    status_code = 413
+    error_type = "invalid_request_error"
+    default_code = "payload_too_large"
+
+
+class RateLimitError(GatewayError):
+    """Admission control is full: the client should retry after Retry-After."""
+
+    status_code = 429
+    error_type = "rate_limit_error"
+
+
+class UpstreamError(GatewayError):
+    """The engine answered badly (5xx, malformed stream) before we could serve anything."""
+
+    status_code = 502
+    error_type = "upstream_error"
+
+
+class NoReplicaError(GatewayError):
+    """No healthy engine replica can take the request right now."""
+
+    status_code = 503
+    error_type = "service_unavailable"
+    default_code = "no_healthy_replica"
+
+
+class UpstreamTimeoutError(GatewayError):
+    status_code = 504
+    error_type = "upstream_timeout"
