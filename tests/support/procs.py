@@ -113,8 +113,17 @@ def start_sim(*extra: str, name: str = "sim", time_scale: float = 0.001) -> Proc
     """A simulated engine replica (contract: DESIGN.md)."""
     return start_process(
         "engine.sim",
-        ["--host", "127.0.0.1", "--port", "{port}", "--time-scale", str(time_scale),
-         "--name", name, *extra],
+        [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "--time-scale",
+            str(time_scale),
+            "--name",
+            name,
+            *extra,
+        ],
     )
 
 
