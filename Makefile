@@ -17,7 +17,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test,bench,engine-test]'
 	@touch $(STAMP)
 
 venv: $(STAMP) ## create the virtualenv with everything the tests and benchmarks need
