@@ -1,0 +1,172 @@
+"""Gateway settings: config/gateway.yaml (or FLASHBOX_CONFIG), overridden by FLASHBOX_* variables.
+
+Precedence, highest first: arguments to `load_settings`, environment (`FLASHBOX_ENGINES`,
+`FLASHBOX_HOST`, `FLASHBOX_PORT`, `FLASHBOX_API_KEYS`, and any nested field as
+`FLASHBOX_<SECTION>__<FIELD>`), the YAML file, the defaults below. Every bound the gateway
+enforces lives here, so an operator can see and change all of them in one file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config" / "gateway.yaml"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSettings(_Section):
+    """What the gateway serves: names clients may ask for and how the model's text looks."""
+
+    served_names: list[str] = Field(default_factory=lambda: ["glm-5.3-flash"], min_length=1)
+    family: str = "glm"
+    # Strings the engine must stop on (the next turn's role tokens); merged with the client's.
+    stop: list[str] = Field(default_factory=lambda: ["<|user|>", "<|observation|>"])
+    # A prompt ending in this tag means the model starts inside its reasoning block.
+    reasoning_open_tag: str = "<think>"
+    owned_by: str = "flashbox"
+
+
+class LimitSettings(_Section):
+    """Input bounds: exceeding one answers 413 (body) or 400 (the rest), never a crash."""
+
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    max_messages: int = Field(default=4096, gt=0)
+    max_tools: int = Field(default=512, gt=0)
+    max_stop_sequences: int = Field(default=16, gt=0)
+    # Ceiling on max_tokens / max_completion_tokens, and the value used when the client sets none
+    # (SGLang's own default is only 128 tokens).
+    max_tokens: int = Field(default=131072, gt=0)
+    default_max_tokens: int = Field(default=32768, gt=0)
+    # Requests served at once; beyond it the gateway answers 429 with Retry-After.
+    max_in_flight: int = Field(default=1024, gt=0)
+    retry_after_s: int = Field(default=1, ge=0)
+    # Longest x-request-id honoured from a client; longer or odd ones are replaced.
+    max_request_id_chars: int = Field(default=128, gt=0)
+
+
+class UpstreamSettings(_Section):
+    """The one shared HTTP client to the engines; timeouts allow CPU prefills of many minutes."""
+
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    # Waiting for the next byte of a stream: the first token after a 60k-token CPU prefill can
+    # take several minutes, so this is long on purpose.
+    read_timeout_s: float = Field(default=1800.0, gt=0)
+    write_timeout_s: float = Field(default=30.0, gt=0)
+    pool_timeout_s: float = Field(default=30.0, gt=0)
+    max_connections: int = Field(default=2048, gt=0)
+    max_keepalive_connections: int = Field(default=512, ge=0)
+    keepalive_expiry_s: float = Field(default=30.0, ge=0)
+    # Bound on an error body read from the engine (it is quoted to the client).
+    max_error_body_bytes: int = Field(default=16384, gt=0)
+    # abort_request and health probes use their own small client so a full pool never delays them.
+    control_max_connections: int = Field(default=32, gt=0)
+    abort_timeout_s: float = Field(default=1.0, gt=0)
+    # Engines that send their response headers only with the first token would otherwise leave
+    # clients without a byte for minutes: the SSE stream starts with a role chunk at once.
+    skip_special_tokens: bool = False
+
+
+class HealthSettings(_Section):
+    interval_s: float = Field(default=2.0, gt=0)
+    timeout_s: float = Field(default=2.0, gt=0)
+    path: str = "/health"
+    # SGLang answers 503 on /health while its detokenizer is silent for 20 s, which a long CPU
+    # prefill can cause: only this many failed probes in a row mark a replica down. A refused
+    # connection marks it down at once.
+    unhealthy_after: int = Field(default=3, gt=0)
+    healthy_after: int = Field(default=1, gt=0)
+
+
+class AuthSettings(_Section):
+    # Whether /health, /ready and /metrics need a key too (Prometheus scrapes without one).
+    protect_health: bool = False
+    protect_metrics: bool = False
+
+
+class RenderOffloadSettings(_Section):
+    """Rendering is CPU work: large conversations render in a worker thread, off the loop."""
+
+    min_messages: int = Field(default=32, ge=0)
+    min_bytes: int = Field(default=64 * 1024, ge=0)
+
+
+class ObservabilitySettings(_Section):
+    log_level: str = "info"
+    access_log: bool = False
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="FLASHBOX_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    host: str = "0.0.0.0"
+    port: int = Field(default=8080, gt=0, lt=65536)
+    engines: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["http://127.0.0.1:30000"]
+    )
+    api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    health: HealthSettings = Field(default_factory=HealthSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    render_offload: RenderOffloadSettings = Field(default_factory=RenderOffloadSettings)
+    observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+    # Passed as-is to gateway.render's own settings model (RenderSettings), which validates it.
+    render: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("engines", "api_keys", mode="before")
+    @classmethod
+    def _split_commas(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("engines")
+    @classmethod
+    def _engine_urls(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one engine base URL is needed (FLASHBOX_ENGINES)")
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"engine URL {url!r} must start with http:// or https://")
+        return [url.rstrip("/") for url in value]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        config_path = Path(os.environ.get("FLASHBOX_CONFIG", str(DEFAULT_CONFIG)))
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if config_path.is_file():
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_path))
+        elif "FLASHBOX_CONFIG" in os.environ:
+            raise FileNotFoundError(f"FLASHBOX_CONFIG points at {config_path}, which is not a file")
+        return tuple(sources)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    return Settings(**overrides)
