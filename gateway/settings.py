@@ -38,6 +38,8 @@ class ModelSettings(_Section):
     # A prompt ending in this tag means the model starts inside its reasoning block.
     reasoning_open_tag: str = "<think>"
     owned_by: str = "flashbox"
+    # The parsers need the reasoning and tool-call markup, which are special tokens.
+    skip_special_tokens: bool = False
 
 
 class LimitSettings(_Section):
@@ -75,9 +77,6 @@ class UpstreamSettings(_Section):
     # abort_request and health probes use their own small client so a full pool never delays them.
     control_max_connections: int = Field(default=32, gt=0)
     abort_timeout_s: float = Field(default=1.0, gt=0)
-    # Engines that send their response headers only with the first token would otherwise leave
-    # clients without a byte for minutes: the SSE stream starts with a role chunk at once.
-    skip_special_tokens: bool = False
 
 
 class HealthSettings(_Section):

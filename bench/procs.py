@@ -1,0 +1,139 @@
+"""Start real processes on loopback for tests and benchmarks: simulator, gateway, ...
+
+Each process gets a free port, its output goes to a log file that the failure message
+quotes, and it is stopped (SIGTERM, then SIGKILL) when the test is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Proc:
+    """A running child process serving HTTP on 127.0.0.1:port."""
+
+    popen: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout)
+        return self.popen.returncode
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+def start_process(
+    module: str,
+    args: Sequence[str] = (),
+    *,
+    port: int | None = None,
+    env: Mapping[str, str] | None = None,
+    health_path: str = "/health",
+    ready_timeout: float = 30.0,
+) -> Proc:
+    """Run `python -m module args...` and wait until GET health_path answers 200.
+
+    `{port}` in args is replaced by the chosen port.
+    """
+    port = port or free_port()
+    log = Path(tempfile.mkstemp(prefix=f"{module.replace('.', '_')}-", suffix=".log")[1])
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    argv = [sys.executable, "-m", module, *(a.replace("{port}", str(port)) for a in args)]
+    with log.open("wb") as out:
+        popen = subprocess.Popen(
+            argv, cwd=REPO_ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT
+        )
+    proc = Proc(popen=popen, port=port, log_path=log)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"{module} exited with {popen.returncode}:\n{proc.log()}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(proc.url + health_path, timeout=1.0).status_code == 200:
+                return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"{module} not healthy after {ready_timeout}s:\n{proc.log()}")
+
+
+@contextlib.contextmanager
+def running(
+    module: str,
+    args: Sequence[str] = (),
+    **kwargs: object,
+) -> Iterator[Proc]:
+    proc = start_process(module, args, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def start_sim(*extra: str, name: str = "sim", time_scale: float = 0.001) -> Proc:
+    """A simulated engine replica (contract: DESIGN.md)."""
+    return start_process(
+        "engine.sim",
+        [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "--time-scale",
+            str(time_scale),
+            "--name",
+            name,
+            *extra,
+        ],
+    )
+
+
+def start_gateway(engines: Sequence[str], env: Mapping[str, str] | None = None) -> Proc:
+    """The gateway in front of the given engine base URLs (contract: DESIGN.md)."""
+    port = free_port()
+    gw_env = {
+        "FLASHBOX_ENGINES": ",".join(engines),
+        "FLASHBOX_HOST": "127.0.0.1",
+        "FLASHBOX_PORT": str(port),
+        **(env or {}),
+    }
+    return start_process("gateway", port=port, env=gw_env)

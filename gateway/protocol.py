@@ -1,0 +1,130 @@
+"""The OpenAI chat-completions request, as the gateway accepts it.
+
+Validation is the only job here: the chat route keeps the client's own message and tool dicts
+(what the renderer takes, like transformers' apply_chat_template) and uses this model to know
+they have the right shape. Unknown top-level fields are ignored, as OpenAI-compatible servers
+do, so newer clients keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class TextPart(_Model):
+    type: Literal["text"]
+    text: StrictStr
+
+
+class OtherPart(_Model):
+    """Parts the template may understand (tool_reference, tool outputs); passed through."""
+
+    type: StrictStr
+
+
+ContentPart = TextPart | OtherPart
+Content = StrictStr | list[ContentPart | dict[str, Any]] | None
+
+
+class FunctionCall(_Model):
+    name: StrictStr
+    # OpenAI clients send a JSON string; the template parses it into a mapping.
+    arguments: StrictStr | dict[str, Any] = "{}"
+
+
+class ToolCall(_Model):
+    id: StrictStr | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(_Model):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Content = None
+    name: StrictStr | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: StrictStr | None = None
+    reasoning_content: StrictStr | None = None
+
+
+class FunctionDefinition(_Model):
+    name: StrictStr
+    description: StrictStr | None = None
+    parameters: dict[str, Any] | None = None
+    strict: StrictBool | None = None
+
+
+class Tool(_Model):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(_Model):
+    name: StrictStr
+
+
+class NamedToolChoice(_Model):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class StreamOptions(_Model):
+    include_usage: StrictBool = False
+
+
+class JsonSchemaFormat(_Model):
+    name: StrictStr = "response"
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: StrictBool | None = None
+
+
+class ResponseFormat(_Model):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class ChatCompletionRequest(_Model):
+    model: StrictStr
+    messages: list[Message] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = None
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    stop: StrictStr | list[StrictStr] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    n: int = Field(default=1, ge=1)
+    response_format: ResponseFormat | None = None
+    reasoning_effort: Literal["minimal", "low", "medium", "high", "max"] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    user: StrictStr | None = None
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
+
+    @property
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
