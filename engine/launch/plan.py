@@ -1,0 +1,284 @@
+"""Profile + host facts -> the SGLang command line and environment.
+
+Pure: no I/O. Anything that would make the engine fail or misbehave on this host becomes a
+`problem` (the launcher refuses to start); decisions the operator should know become `notes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine.launch import prefix_cache
+from engine.launch.cpu import variant_level
+from engine.launch.host import HostFacts
+from engine.launch.profile import EngineProfile, GpuArchitecture
+
+SGLANG_MODULE = "sglang.launch_server"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    notes: tuple[str, ...]
+    problems: tuple[str, ...]
+    secrets: frozenset[str] = field(default=frozenset())
+
+
+@dataclass
+class _Builder:
+    profile: EngineProfile
+    host: HostFacts
+    environ: Mapping[str, str]
+    prefix_cache_available: bool
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    secrets: set[str] = field(default_factory=set)
+
+    def flag(self, name: str, *values: object) -> None:
+        self.args.append(name)
+        self.args.extend(_text(v) for v in values)
+
+    def optional(self, name: str, value: object | None) -> None:
+        if value is not None:
+            self.flag(name, value)
+
+
+def _text(value: object) -> str:
+    # 1800.0 -> "1800": the command line reads as the profile was written.
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def build_plan(
+    profile: EngineProfile,
+    host: HostFacts,
+    *,
+    python: str,
+    environ: Mapping[str, str],
+    prefix_cache_available: bool,
+) -> LaunchPlan:
+    b = _Builder(profile, host, environ, prefix_cache_available)
+    b.env.update(profile.env)
+    b.notes.extend(host.notes)
+    _serving(b)
+    _gpu(b)
+    _kt(b)
+    _prefix_cache(b)
+    _observability(b)
+    b.args.extend(profile.extra_args)
+    return LaunchPlan(
+        argv=(python, "-m", SGLANG_MODULE, *b.args),
+        env=dict(sorted(b.env.items())),
+        notes=tuple(b.notes),
+        problems=tuple(b.problems),
+        secrets=frozenset(b.secrets),
+    )
+
+
+def _serving(b: _Builder) -> None:
+    p = b.profile
+    b.flag("--model-path", p.model.path)
+    b.flag("--served-model-name", p.model.served_name)
+    b.flag("--host", p.server.host)
+    b.flag("--port", p.server.port)
+    b.flag("--tp-size", p.gpu.tp_size)
+    b.flag("--mem-fraction-static", p.gpu.mem_fraction_static)
+    b.optional("--context-length", p.scheduling.context_length)
+    b.optional("--chunked-prefill-size", p.scheduling.chunked_prefill_size)
+    b.optional("--max-running-requests", p.scheduling.max_running_requests)
+    b.flag("--watchdog-timeout", p.server.watchdog_timeout_s)
+    b.optional("--tool-call-parser", p.server.tool_call_parser)
+    b.optional("--reasoning-parser", p.server.reasoning_parser)
+    if p.server.api_key_env:
+        key = b.environ.get(p.server.api_key_env, "")
+        if key:
+            b.flag("--api-key", key)
+            b.secrets.add(key)
+        else:
+            b.notes.append(f"{p.server.api_key_env} is not set: the engine API has no key")
+
+
+def _architecture(b: _Builder) -> GpuArchitecture | None:
+    """The profile's policy entry for the GPUs in use; records problems on mismatch."""
+    gpu = b.profile.gpu
+    used = b.host.gpus[: gpu.tp_size]
+    if not used:
+        b.problems.append("no NVIDIA GPU found (nvidia-smi missing or lists none)")
+        return None
+    if len(used) < gpu.tp_size:
+        b.problems.append(f"gpu.tp_size is {gpu.tp_size} but only {len(used)} GPU(s) are visible")
+    if len({g.compute_capability for g in used}) > 1:
+        b.problems.append("the GPUs used for tensor parallelism differ in compute capability")
+    first = used[0]
+    if not gpu.supported:
+        return None
+    match = next((a for a in gpu.supported if a.covers(first.compute_capability)), None)
+    if match is None:
+        ranges = ", ".join(a.min + (f"-{a.max}" if a.max else "+") for a in gpu.supported)
+        b.problems.append(
+            f"{first.name} has compute capability {first.capability_text} ({first.sm}); "
+            f"this profile's model runs on {ranges}"
+        )
+    return match
+
+
+def _gpu(b: _Builder) -> None:
+    gpu = b.profile.gpu
+    arch = _architecture(b)
+    kv = gpu.kv_cache_dtype
+    if arch is not None:
+        if kv == "auto":
+            kv = arch.kv_cache_dtype
+        elif kv != arch.kv_cache_dtype:
+            b.problems.append(
+                f"gpu.kv_cache_dtype {kv} is rejected on this GPU; use {arch.kv_cache_dtype} "
+                "(or auto)"
+            )
+        threshold = b.profile.kt.gpu_prefill_token_threshold
+        if not arch.layerwise_prefill and threshold:
+            b.problems.append(
+                "this GPU has no layer-wise GPU prefill route: set "
+                "kt.gpu_prefill_token_threshold to 0"
+            )
+    if kv == "auto":
+        b.notes.append("KV cache dtype left to SGLang (no GPU policy or GPU facts to choose it)")
+    else:
+        b.flag("--kv-cache-dtype", kv)
+    b.optional("--attention-backend", gpu.attention_backend)
+    b.optional("--nsa-prefill-backend", gpu.nsa_prefill_backend)
+    b.optional("--nsa-decode-backend", gpu.nsa_decode_backend)
+    if gpu.disable_cuda_graph:
+        b.flag("--disable-cuda-graph")
+    else:
+        if gpu.cuda_graph_bs:
+            b.flag("--cuda-graph-bs", *gpu.cuda_graph_bs)
+        b.optional("--cuda-graph-max-bs", gpu.cuda_graph_max_bs)
+
+
+def _kt(b: _Builder) -> None:
+    kt = b.profile.kt
+    cpu = b.host.cpu
+    b.flag("--kt-weight-path", kt.weight_path or b.profile.model.path)
+    b.flag("--kt-method", kt.method)
+
+    if kt.cpuinfer == "auto":
+        if cpu is None:
+            b.problems.append("cannot read /proc/cpuinfo: set kt.cpuinfer in the profile")
+        else:
+            cores = max(1, cpu.physical_cores - kt.reserve_cores)
+            b.flag("--kt-cpuinfer", cores)
+    else:
+        if cpu is not None and kt.cpuinfer > cpu.physical_cores:
+            b.notes.append(
+                f"kt.cpuinfer {kt.cpuinfer} exceeds the {cpu.physical_cores} physical cores: "
+                "SMT threads compete for the same AVX512 units"
+            )
+        b.flag("--kt-cpuinfer", kt.cpuinfer)
+
+    numa = b.host.numa
+    node_ids = [n.id for n in numa] if numa else None
+    if kt.numa_nodes != "auto":
+        if node_ids is not None and not set(kt.numa_nodes) <= set(node_ids):
+            b.problems.append(f"kt.numa_nodes {kt.numa_nodes} not among host nodes {node_ids}")
+        node_ids = list(kt.numa_nodes)
+    if kt.threadpool_count != "auto":
+        pools: int | None = kt.threadpool_count
+    elif node_ids is not None:
+        pools = len(node_ids)
+    elif cpu is not None:
+        pools = cpu.sockets
+        b.notes.append(
+            f"no NUMA information (/sys/devices/system/node): one threadpool per socket "
+            f"({pools}), NUMA placement left to kt-kernel"
+        )
+    else:
+        pools = None
+    b.optional("--kt-threadpool-count", pools)
+    if node_ids is not None:
+        b.flag("--kt-numa-nodes", *node_ids)
+    b.flag("--kt-num-gpu-experts", kt.num_gpu_experts)
+    b.optional("--kt-gpu-prefill-token-threshold", kt.gpu_prefill_token_threshold)
+    b.optional("--kt-max-deferred-experts-per-token", kt.max_deferred_experts_per_token)
+    _kt_variant(b)
+
+
+def _kt_variant(b: _Builder) -> None:
+    kt = b.profile.kt
+    cpu = b.host.cpu
+    detected = cpu.kt_variant if cpu is not None else None
+    variant = detected if kt.cpu_variant == "auto" else kt.cpu_variant
+    if variant is None:
+        b.notes.append("kt-kernel CPU variant left to kt-kernel's own detection")
+        return
+    if detected is not None and variant_level(variant) > variant_level(detected):
+        b.problems.append(f"kt.cpu_variant {variant} needs an ISA this CPU lacks ({detected})")
+    if kt.min_cpu_variant != "auto" and variant_level(variant) < variant_level(kt.min_cpu_variant):
+        b.problems.append(
+            f"kt-method {kt.method} needs at least the {kt.min_cpu_variant} kt-kernel variant; "
+            f"this CPU offers {variant}"
+        )
+    if kt.method.upper().startswith("AMX") and variant != "amx":
+        b.problems.append(f"kt-method {kt.method} needs AMX, which this CPU lacks: use FP8")
+    b.env["KT_KERNEL_CPU_VARIANT"] = variant
+
+
+def _prefix_cache(b: _Builder) -> None:
+    cache = b.profile.prefix_cache
+    b.env[prefix_cache.SWITCH_ENV] = "0"
+    if not cache.enabled:
+        return
+    if not b.prefix_cache_available:
+        b.notes.append(
+            f"prefix cache requested but this image lacks {prefix_cache.PATCH_MODULE}: "
+            "every turn is prefilled from scratch (cached_tokens stays 0)"
+        )
+        return
+    tp = b.profile.gpu.tp_size
+    budget_mib = (
+        prefix_cache.static_budget_mib(b.host.gpus[0].memory_mib, b.profile.gpu.mem_fraction_static)
+        if b.host.gpus
+        else None
+    )
+    slots = cache.slots
+    if slots == "auto":
+        if budget_mib is None:
+            b.problems.append("prefix_cache.slots is auto but no GPU memory is known: set slots")
+            return
+        slots = prefix_cache.auto_slots(budget_mib, cache.max_gpu_share, cache.slot_mib_tp1, tp)
+    pool = prefix_cache.pool_mib(slots, cache.slot_mib_tp1, tp)
+    if budget_mib is not None and pool > budget_mib:
+        b.problems.append(
+            f"{slots} state slots need {pool / 1024:.1f} GiB, more than the "
+            f"{budget_mib / 1024:.1f} GiB static GPU budget: lower prefix_cache.slots"
+        )
+    elif budget_mib is not None and pool > budget_mib * cache.max_gpu_share:
+        b.notes.append(
+            f"the state pool takes {pool / budget_mib:.0%} of the static GPU budget: "
+            "little room is left for the KV cache"
+        )
+    if "--disable-radix-cache" in b.profile.extra_args:
+        b.problems.append("the prefix cache needs the radix cache: drop --disable-radix-cache")
+    b.flag("--mamba-scheduler-strategy", "extra_buffer")
+    b.flag("--mamba-track-interval", cache.track_interval)
+    b.flag("--max-mamba-cache-size", slots)
+    b.env[prefix_cache.SWITCH_ENV] = "1"
+    cap = prefix_cache.running_cap(slots)
+    b.notes.append(
+        f"prefix cache on: {slots} state slots (~{pool / 1024:.1f} GiB GPU), "
+        f"at most {cap} running requests"
+    )
+    wanted = b.profile.scheduling.max_running_requests
+    if wanted is not None and wanted > cap:
+        b.notes.append(f"scheduling.max_running_requests {wanted} is capped by SGLang at {cap}")
+
+
+def _observability(b: _Builder) -> None:
+    if b.profile.server.enable_metrics:
+        b.flag("--enable-metrics")
+    if b.profile.server.enable_cache_report:
+        b.flag("--enable-cache-report")

@@ -1,0 +1,178 @@
+"""The engine profile: what to run on which kind of host, validated from YAML.
+
+Values spelled "auto" are filled from the probed host by the plan builder. Everything that
+depends on the model family (parsers, architecture name, GPU policy, state-slot size) lives in
+the profile file, not here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from engine.launch.gpu import parse_capability
+
+Auto = Literal["auto"]
+KtVariant = Literal[
+    "auto", "avx2", "avx512_base", "avx512_vnni", "avx512_vbmi", "avx512_bf16", "amx"
+]
+
+
+class ProfileError(ValueError):
+    """The profile file is missing, not YAML, or does not validate; the message says which."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Section):
+    path: str = Field(description="model directory as the engine process sees it")
+    served_name: str
+    architecture: str | None = Field(default=None, description="expected config.json entry")
+    quantization: str | None = Field(default=None, description="expected quant_method")
+    min_host_ram_gb: float = Field(gt=0, description="RAM the CPU experts need, in GB")
+
+
+class ServerSection(_Section):
+    host: str = "0.0.0.0"
+    port: int = Field(default=30000, ge=1, le=65535)
+    api_key_env: str | None = Field(default=None, description="env var holding --api-key")
+    watchdog_timeout_s: float = Field(gt=0)
+    enable_metrics: bool = True
+    enable_cache_report: bool = True
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+
+
+class GpuArchitecture(_Section):
+    """A compute-capability range the model runs on, and what it needs there."""
+
+    min: str
+    max: str | None = None
+    kv_cache_dtype: str
+    layerwise_prefill: bool = True
+
+    @model_validator(mode="after")
+    def _capabilities_parse(self) -> GpuArchitecture:
+        parse_capability(self.min)
+        if self.max is not None:
+            parse_capability(self.max)
+        return self
+
+    def covers(self, capability: tuple[int, int]) -> bool:
+        if capability < parse_capability(self.min):
+            return False
+        return self.max is None or capability <= parse_capability(self.max)
+
+
+class GpuSection(_Section):
+    tp_size: int = Field(default=1, ge=1)
+    mem_fraction_static: float = Field(gt=0, lt=1)
+    kv_cache_dtype: str = "auto"
+    attention_backend: str | None = None
+    nsa_prefill_backend: str | None = None
+    nsa_decode_backend: str | None = None
+    cuda_graph_bs: list[int] | None = None
+    cuda_graph_max_bs: int | None = Field(default=None, ge=1)
+    disable_cuda_graph: bool = False
+    supported: list[GpuArchitecture] = Field(default_factory=list)
+
+
+class KtSection(_Section):
+    weight_path: str | None = Field(default=None, description="defaults to model.path")
+    method: str
+    cpuinfer: int | Auto = "auto"
+    reserve_cores: int = Field(default=0, ge=0, description="cores kept free when cpuinfer is auto")
+    threadpool_count: int | Auto = "auto"
+    numa_nodes: list[int] | Auto = "auto"
+    num_gpu_experts: int = Field(default=0, ge=0)
+    gpu_prefill_token_threshold: int | None = Field(default=None, ge=0)
+    max_deferred_experts_per_token: int | None = Field(default=None, ge=0)
+    cpu_variant: KtVariant = "auto"
+    min_cpu_variant: KtVariant = "avx2"
+
+
+class SchedulingSection(_Section):
+    context_length: int | None = Field(default=None, ge=1)
+    chunked_prefill_size: int | None = Field(default=None, ge=1)
+    max_running_requests: int | None = Field(default=None, ge=1)
+
+
+class PrefixCacheSection(_Section):
+    """Recurrent-state checkpoints between turns (needs the engine's prefix-cache change)."""
+
+    enabled: bool = False
+    track_interval: int = Field(default=256, ge=1)
+    slots: int | Auto = "auto"
+    slot_mib_tp1: float = Field(default=140.0, gt=0, description="GPU MiB per slot at TP1")
+    max_gpu_share: float = Field(default=0.5, gt=0, le=1)
+    alignment: int = Field(default=256, ge=1, description="cache unit the change requires")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bool_shorthand(cls, data: Any) -> Any:
+        # `prefix_cache: true` in a profile means "on, with the defaults".
+        return {"enabled": data} if isinstance(data, bool) else data
+
+
+class DoctorSection(_Section):
+    min_driver_cuda: str = "12.8"
+    min_shm_gib: float = Field(default=32.0, ge=0)
+    min_free_disk_gib: float = Field(default=50.0, ge=0)
+
+
+class EngineProfile(_Section):
+    name: str
+    description: str = ""
+    model: ModelSection
+    server: ServerSection
+    gpu: GpuSection
+    kt: KtSection
+    scheduling: SchedulingSection = Field(default_factory=SchedulingSection)
+    prefix_cache: PrefixCacheSection = Field(default_factory=PrefixCacheSection)
+    doctor: DoctorSection = Field(default_factory=DoctorSection)
+    env: dict[str, str] = Field(default_factory=dict)
+    extra_args: list[str] = Field(default_factory=list)
+    check_flags: bool = True
+
+    @model_validator(mode="after")
+    def _prefix_cache_alignment(self) -> EngineProfile:
+        cache = self.prefix_cache
+        if not cache.enabled:
+            return self
+        unit = cache.alignment
+        if cache.track_interval % unit:
+            raise ValueError(
+                f"prefix_cache.track_interval {cache.track_interval} must be a multiple of {unit}"
+            )
+        chunk = self.scheduling.chunked_prefill_size
+        if chunk is None or chunk % unit:
+            raise ValueError(
+                f"scheduling.chunked_prefill_size must be set to a multiple of {unit} "
+                f"when the prefix cache is on (got {chunk})"
+            )
+        return self
+
+
+def load_profile(path: Path) -> EngineProfile:
+    """Read and validate a profile file; ProfileError with a readable message otherwise."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ProfileError(f"cannot read engine profile {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"engine profile {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ProfileError(f"engine profile {path} must be a YAML mapping")
+    try:
+        return EngineProfile.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"engine profile {path} is invalid:"]
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+            lines.append(f"  {where}: {error['msg']}")
+        raise ProfileError("\n".join(lines)) from exc
