@@ -1,0 +1,1 @@
+"""Prometheus and Grafana configuration for flashbox, and the code that generates it."""

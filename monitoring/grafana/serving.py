@@ -1,0 +1,296 @@
+"""The "flashbox — serving" dashboard: what users feel (TTFT, tokens/s) and why (stages, routes)."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard
+from grafana_foundation_sdk.models.dashboard import Dashboard
+
+from monitoring.grafana.panels import (
+    BYTES,
+    COUNT,
+    FULL_WIDTH,
+    HALF_WIDTH,
+    OPS,
+    PER_SECOND,
+    RATE,
+    RATIO,
+    SECONDS,
+    THIRD_WIDTH,
+    TOKENS_PER_SECOND,
+    PanelBuilder,
+    Query,
+    graph,
+    quantiles,
+    single_stat,
+    up_down_timeline,
+)
+
+UID = "flashbox-serving"
+TITLE = "flashbox — serving"
+GATEWAY_JOB = "flashbox-gateway"
+
+# The summary stats look at a fixed window so the numbers at the top do not jump with the zoom.
+SUMMARY_WINDOW = "5m"
+STAT_WIDTH = 4
+
+
+def _rate(metric: str, window: str = RATE, by: str = "", matchers: str = "") -> str:
+    selector = f"{metric}{{{matchers}}}" if matchers else metric
+    group = f" by ({by})" if by else ""
+    return f"sum{group} (rate({selector}[{window}]))"
+
+
+def _summary() -> list[PanelBuilder]:
+    w = SUMMARY_WINDOW
+    ttft = "flashbox_ttft_seconds_bucket"
+    decode = "flashbox_decode_tokens_per_second_bucket"
+    return [
+        single_stat(
+            "Requests/s (5m)",
+            "Chat completions answered per second, any status.",
+            PER_SECOND,
+            Query(_rate("flashbox_requests_total", w), "requests/s"),
+            width=STAT_WIDTH,
+        ),
+        single_stat(
+            "TTFT p50 (5m)",
+            "Median time to first token over the last 5 minutes, as clients see it.",
+            SECONDS,
+            Query(f"histogram_quantile(0.5, sum by (le) (rate({ttft}[{w}])))", "p50"),
+            width=STAT_WIDTH,
+            warn_above=30,
+        ),
+        single_stat(
+            "TTFT p95 (5m)",
+            "95th percentile time to first token over the last 5 minutes.",
+            SECONDS,
+            Query(f"histogram_quantile(0.95, sum by (le) (rate({ttft}[{w}])))", "p95"),
+            width=STAT_WIDTH,
+            warn_above=60,
+        ),
+        single_stat(
+            "Decode tok/s p50 (5m)",
+            "Median per-request decode speed: (completion tokens - 1) / (e2e - TTFT).",
+            TOKENS_PER_SECOND,
+            Query(f"histogram_quantile(0.5, sum by (le) (rate({decode}[{w}])))", "p50"),
+            width=STAT_WIDTH,
+        ),
+        single_stat(
+            "In flight",
+            "Chat requests the gateway is serving right now.",
+            COUNT,
+            Query("sum(flashbox_requests_in_flight)", "in flight"),
+            width=STAT_WIDTH,
+        ),
+        single_stat(
+            "Healthy replicas",
+            "Engine replicas passing the gateway's health checks.",
+            COUNT,
+            Query("sum(flashbox_replica_up)", "healthy"),
+            width=STAT_WIDTH,
+        ),
+    ]
+
+
+def _latency() -> list[PanelBuilder]:
+    return [
+        graph(
+            "Time to first token",
+            "Request arrival at the gateway to the first generated token sent (reasoning, "
+            "content or tool call). A checkpoint hit costs ~10 s on the reference box, a miss "
+            "at 60k context ~+103 s.",
+            SECONDS,
+            quantiles("flashbox_ttft_seconds"),
+        ),
+        graph(
+            "TTFT by stage (p95)",
+            "Request arrival to the end of each stage: queue, render, route, upstream first "
+            "byte, first reasoning token, first content token. The gap between two stages is "
+            "where the time went.",
+            SECONDS,
+            quantiles("flashbox_ttft_stage_seconds", (0.95,), by="stage"),
+        ),
+        graph(
+            "Inter-token latency",
+            "Gap between generated tokens as relayed to the client.",
+            SECONDS,
+            quantiles("flashbox_inter_token_latency_seconds"),
+        ),
+        graph(
+            "End-to-end latency",
+            "Request arrival to the last byte sent.",
+            SECONDS,
+            quantiles("flashbox_e2e_latency_seconds"),
+        ),
+    ]
+
+
+def _throughput() -> list[PanelBuilder]:
+    return [
+        graph(
+            "Decode tokens/s per request",
+            "Per request: (completion tokens - 1) / (e2e - TTFT). p10 is the slow tail.",
+            TOKENS_PER_SECOND,
+            quantiles("flashbox_decode_tokens_per_second", (0.5, 0.1)),
+            width=THIRD_WIDTH,
+        ),
+        graph(
+            "Prefill tokens/s per request",
+            "Per request: uncached prompt tokens / TTFT.",
+            TOKENS_PER_SECOND,
+            quantiles("flashbox_prefill_tokens_per_second", (0.5, 0.1)),
+            width=THIRD_WIDTH,
+        ),
+        graph(
+            "Tokens/s, all requests",
+            "Generated tokens, prompt tokens prefilled, and prompt tokens served from the "
+            "engine's prefix cache, summed over requests.",
+            TOKENS_PER_SECOND,
+            [
+                Query(_rate("flashbox_generated_tokens_total"), "generated"),
+                Query(
+                    f"{_rate('flashbox_prompt_tokens_total')}"
+                    f" - {_rate('flashbox_cached_tokens_total')}",
+                    "prefilled",
+                ),
+                Query(_rate("flashbox_cached_tokens_total"), "from cache"),
+            ],
+            width=THIRD_WIDTH,
+        ),
+    ]
+
+
+def _traffic() -> list[PanelBuilder]:
+    return [
+        graph(
+            "Requests/s by status",
+            "Chat completions answered per second, by HTTP status.",
+            PER_SECOND,
+            [Query(_rate("flashbox_requests_total", by="code"), "{{code}}")],
+            width=THIRD_WIDTH,
+            stacked=True,
+        ),
+        graph(
+            "In flight",
+            "Requests the gateway is serving, and those it has open on each replica.",
+            COUNT,
+            [
+                Query("sum(flashbox_requests_in_flight)", "gateway"),
+                Query("sum by (replica) (flashbox_replica_in_flight)", "{{replica}}"),
+            ],
+            width=THIRD_WIDTH,
+        ),
+        graph(
+            "Errors and aborts",
+            "Failed requests by kind; abort_request calls sent to an engine after the client "
+            "left, by phase; retries on another replica.",
+            OPS,
+            [
+                Query(_rate("flashbox_errors_total", by="kind"), "{{kind}}"),
+                Query(_rate("flashbox_upstream_aborts_total", by="phase"), "abort {{phase}}"),
+                Query(_rate("flashbox_retries_total"), "retries"),
+            ],
+            width=THIRD_WIDTH,
+        ),
+        graph(
+            "Rejected requests and tool calls",
+            "Requests refused before any work (limits, queue full), and tool calls the parser "
+            "dropped, by reason.",
+            OPS,
+            [
+                Query(_rate("flashbox_admission_rejected_total", by="reason"), "{{reason}}"),
+                Query(
+                    _rate("flashbox_tool_calls_rejected_total", by="reason"), "tool call {{reason}}"
+                ),
+            ],
+            width=FULL_WIDTH,
+            height=6,
+        ),
+    ]
+
+
+def _routing() -> list[PanelBuilder]:
+    misses = _rate("flashbox_affinity_total", matchers='outcome="verified_miss"')
+    pinned = _rate("flashbox_affinity_total", matchers='outcome=~"hit|verified_miss"')
+    return [
+        graph(
+            "Affinity outcomes",
+            "Routing decisions per second: hit (back to the replica holding the session's "
+            "checkpoint), new, spill, failover, verified_miss (the engine did not hit what the "
+            "pin promised).",
+            OPS,
+            [Query(_rate("flashbox_affinity_total", by="outcome"), "{{outcome}}")],
+            stacked=True,
+        ),
+        graph(
+            "Checkpoint and prefix-cache outcomes",
+            "Share of pinned turns whose checkpoint the engine verifiably missed, and share of "
+            "prompt tokens served from the engine's cache.",
+            RATIO,
+            [
+                # No miss series is a ratio of 0, as long as there were pinned turns at all.
+                Query(f"({misses} or vector(0)) / {pinned}", "verified-miss ratio"),
+                Query(
+                    f"{_rate('flashbox_cached_tokens_total')}"
+                    f" / {_rate('flashbox_prompt_tokens_total')}",
+                    "cached prompt tokens",
+                ),
+            ],
+        ),
+        graph(
+            "Template render p99",
+            "Chat-template rendering time in the gateway, by renderer.",
+            SECONDS,
+            quantiles("flashbox_template_render_seconds", (0.99,), by="renderer"),
+        ),
+        up_down_timeline(
+            "Replica health",
+            "Each engine replica as the gateway's health checks see it.",
+            Query("max by (replica) (flashbox_replica_up)", "{{replica}}"),
+            width=HALF_WIDTH,
+            height=8,
+        ),
+    ]
+
+
+def _process() -> list[PanelBuilder]:
+    job = f'job="{GATEWAY_JOB}"'
+    return [
+        graph(
+            "Gateway CPU",
+            "CPU time the gateway process uses per second (1.0 = one core).",
+            RATIO,
+            [Query(f"rate(process_cpu_seconds_total{{{job}}}[{RATE}])", "{{instance}}")],
+        ),
+        graph(
+            "Gateway memory",
+            "Resident memory of the gateway process.",
+            BYTES,
+            [Query(f"process_resident_memory_bytes{{{job}}}", "{{instance}}")],
+        ),
+    ]
+
+
+def build() -> Dashboard:
+    builder = (
+        dashboard.Dashboard(TITLE)
+        .uid(UID)
+        .description("Time to first token, tokens/s, routing and errors as the gateway sees them.")
+        .tags(["flashbox"])
+        .refresh("10s")
+        .time("now-1h", "now")
+        .timezone("browser")
+    )
+    sections: list[tuple[str, list[PanelBuilder]]] = [
+        ("Summary", _summary()),
+        ("Latency", _latency()),
+        ("Tokens per second", _throughput()),
+        ("Traffic and errors", _traffic()),
+        ("Routing, checkpoints and replicas", _routing()),
+        ("Gateway process", _process()),
+    ]
+    for title, panels in sections:
+        builder = builder.with_row(dashboard.Row(title))
+        for panel in panels:
+            builder = builder.with_panel(panel)
+    return builder.build()
