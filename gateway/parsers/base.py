@@ -43,6 +43,20 @@ class ToolCallArgumentsDelta:
 ParsedDelta = ReasoningDelta | ContentDelta | ToolCallStart | ToolCallArgumentsDelta
 
 
+@dataclass(frozen=True, slots=True)
+class RejectedToolCall:
+    """Tool-call markup the parser did not turn into a call; its text stayed in the content.
+
+    `reason` is a short label for `flashbox_tool_calls_rejected_total{reason}`:
+    "undeclared" (the request has no tool of that name), "not_chosen" (tool_choice named
+    another function) or "malformed" (no usable name: empty, over the length bound, or the
+    output ended inside it). `name` is what the model wrote (cut to a bounded length).
+    """
+
+    name: str
+    reason: str
+
+
 class OutputParser(Protocol):
     def feed(self, text: str) -> list[ParsedDelta]:
         """Consume the next piece of generated text; return what is now certain."""
@@ -55,6 +69,11 @@ class OutputParser(Protocol):
     @property
     def made_tool_calls(self) -> bool:
         """True once a tool call was emitted (finish_reason becomes "tool_calls")."""
+        ...
+
+    @property
+    def rejected_tool_calls(self) -> Sequence[RejectedToolCall]:
+        """Tool-call markup kept as content so far, in output order (for the metric)."""
         ...
 
 

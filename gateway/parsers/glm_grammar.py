@@ -1,0 +1,156 @@
+"""The grammar that forces GLM tool calls (tool_choice "required" or a named function).
+
+Written in llguidance's Lark dialect and sent as `sampling_params.ebnf` (see constraints.py
+for why). The grammar covers what follows `</think>`: one or more calls (exactly one for a
+named function), nothing else. Arguments follow the schema's property order, required ones
+mandatory; a value is typed as far as a grammar can do it safely:
+
+- free text (strings, unions that include strings, untyped values): any text up to the first
+  `</arg_value>`, which is exactly what the parser reads as the value;
+- enums: one of the members as the template writes them (strings raw, others as JSON);
+- everything else: `%json{...}` with only the JSON types (or the enum), never the request's
+  own schema keywords, so an unusual schema can never make the grammar invalid.
+
+A tool without declared properties takes any number of arguments with free-text values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.parsers.constraints import DecodingConstraint
+from gateway.parsers.glm_markup import (
+    CALL_CLOSE,
+    CALL_OPEN,
+    KEY_CLOSE,
+    KEY_OPEN,
+    VALUE_CLOSE,
+    VALUE_OPEN,
+)
+from gateway.parsers.schema_types import ValueType, value_type
+from gateway.parsers.tools import declared_functions, resolve_tool_choice
+
+# Any text that ends at the first `</arg_value>` (the end tag is part of the lexeme, so the
+# lexer never has to guess where free text stops).
+_FREE_TEXT = r"/(?s:.*)<\/arg_value>/ & ~/(?s:.*<\/arg_value>.+)/"
+_FREE_KEY = r"/[^<\n]+/"
+
+
+@dataclass(frozen=True, slots=True)
+class GlmLayout:
+    """Separators of one GLM markup variant (GLM-4.7/5.x: none; GLM-4.5/4.6: newlines)."""
+
+    after_name: str = ""
+    after_key: str = ""
+    after_value: str = ""
+    between_calls: str = ""
+
+
+GLM47_LAYOUT = GlmLayout()
+GLM45_LAYOUT = GlmLayout(after_name="\n", after_key="\n", after_value="\n", between_calls="\n")
+
+
+def _literal(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _literals(*texts: str) -> str:
+    """Grammar items for fixed texts, skipping empty separators."""
+    return " ".join(_literal(t) for t in texts if t)
+
+
+def _value_rule(vt: ValueType) -> str:
+    """Grammar for `V</arg_value>` of one argument."""
+    if vt.enum:
+        # Each member as the template writes it: a string raw, anything else as JSON.
+        written = (m if isinstance(m, str) else json.dumps(m, ensure_ascii=False) for m in vt.enum)
+        members = " | ".join(_literal(w) for w in dict.fromkeys(written))
+        return f"({members}) {_literal(VALUE_CLOSE)}"
+    if vt.types is None or "string" in vt.types:
+        return "FREE_TEXT"
+    kinds = sorted(vt.types)
+    schema = {"type": kinds[0] if len(kinds) == 1 else kinds}
+    return f"%json{json.dumps(schema)} {_literal(VALUE_CLOSE)}"
+
+
+def _argument(key_item: str, value_item: str, layout: GlmLayout) -> str:
+    parts = [
+        _literal(KEY_OPEN),
+        key_item,
+        _literals(KEY_CLOSE, layout.after_key, VALUE_OPEN),
+        value_item,
+        _literals(layout.after_value),
+    ]
+    return " ".join(p for p in parts if p)
+
+
+def _call_rules(index: int, name: str, parameters: object, layout: GlmLayout) -> list[str]:
+    properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    required = parameters.get("required") if isinstance(parameters, Mapping) else None
+    required_keys = set(required) if isinstance(required, list) else set()
+    rules: list[str] = []
+    body: list[str] = []
+    if isinstance(properties, Mapping):
+        for number, (key, schema) in enumerate(properties.items()):
+            arg_rule = f"arg_{index}_{number}"
+            value = _value_rule(value_type(schema))
+            rules.append(f"{arg_rule}: {_argument(_literal(str(key)), value, layout)}")
+            body.append(arg_rule if key in required_keys else f"{arg_rule}?")
+    else:
+        body.append("arg_free*")
+    head = _literals(CALL_OPEN, name, layout.after_name)
+    rules.insert(0, f"call_{index}: {' '.join([head, *body, _literal(CALL_CLOSE)])}")
+    return rules
+
+
+def glm_tool_call_grammar(
+    functions: Mapping[str, object], names: Sequence[str], layout: GlmLayout, *, single: bool
+) -> str:
+    """Lark grammar: calls to `names` only; exactly one call when `single`."""
+    rules: list[str] = []
+    for index, name in enumerate(names):
+        rules.extend(_call_rules(index, name, functions.get(name), layout))
+    sep = _literals(layout.between_calls)
+    if single:
+        start = "start: tool_call"
+    else:
+        start = f"start: tool_call ({sep} tool_call)*" if sep else "start: tool_call+"
+    return "\n".join(
+        [
+            start,
+            "tool_call: " + " | ".join(f"call_{i}" for i in range(len(names))),
+            *rules,
+            f"arg_free: {_argument('FREE_KEY', 'FREE_TEXT', layout)}",
+            f"FREE_TEXT: {_FREE_TEXT}",
+            f"FREE_KEY: {_FREE_KEY}",
+            "",
+        ]
+    )
+
+
+class GlmConstraintBuilder:
+    """`DecodingConstraintBuilder` for GLM markup in one layout."""
+
+    def __init__(self, layout: GlmLayout) -> None:
+        self._layout = layout
+
+    def __call__(
+        self,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None,
+        tool_choice: str | Mapping[str, Any] | None,
+        starts_in_reasoning: bool,
+    ) -> DecodingConstraint:
+        choice = resolve_tool_choice(tools, tool_choice)
+        if choice.mode not in ("required", "function"):
+            return DecodingConstraint()
+        functions = declared_functions(tools)
+        names = [choice.name] if choice.name is not None else list(functions)
+        grammar = glm_tool_call_grammar(
+            functions, names, self._layout, single=choice.mode == "function"
+        )
+        fields = {"require_reasoning": True} if starts_in_reasoning else {}
+        return DecodingConstraint(sampling_params={"ebnf": grammar}, request_fields=fields)
