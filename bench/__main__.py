@@ -24,6 +24,7 @@ SUITES: dict[str, str] = {
     "serve": "bench.serve",
     "sessions": "bench.sessions",
     "soak": "bench.soak",
+    "kernels": "bench.kernels_device",
 }
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 log = logging.getLogger("flashbox.engine.patches")
 
 # One line per patch package.
-PATCH_MODULES: tuple[str, ...] = ("engine.patches.prefix_cache",)
+PATCH_MODULES: tuple[str, ...] = ("engine.patches.prefix_cache", "engine.patches.kernels")
 
 
 def install_all(modules: Sequence[str] = PATCH_MODULES) -> dict[str, object]:
