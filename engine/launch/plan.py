@@ -69,6 +69,7 @@ def build_plan(
     _gpu(b)
     _kt(b)
     _prefix_cache(b)
+    _kernels(b)
     _observability(b)
     b.args.extend(profile.extra_args)
     return LaunchPlan(
@@ -275,6 +276,17 @@ def _prefix_cache(b: _Builder) -> None:
     wanted = b.profile.scheduling.max_running_requests
     if wanted is not None and wanted > cap:
         b.notes.append(f"scheduling.max_running_requests {wanted} is capped by SGLang at {cap}")
+
+
+def _kernels(b: _Builder) -> None:
+    # Names match engine.patches.kernels.settings; the launcher must not import the patch
+    # package (it runs where torch may be absent).
+    kernels = b.profile.kernels
+    b.env["FLASHBOX_KERNELS"] = "1" if kernels.enabled else "0"
+    for name in kernels.disable:
+        b.env[f"FLASHBOX_KERNEL_{name.upper()}"] = "0"
+    if kernels.indexer_query_chunk is not None:
+        b.env["FLASHBOX_INDEXER_QUERY_CHUNK"] = str(kernels.indexer_query_chunk)
 
 
 def _observability(b: _Builder) -> None:

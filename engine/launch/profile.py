@@ -119,6 +119,27 @@ class PrefixCacheSection(_Section):
         return {"enabled": data} if isinstance(data, bool) else data
 
 
+KernelName = Literal["hc_pre", "hc_pre_norm", "hc_post", "gate_topk", "kda_decode"]
+
+
+class KernelsSection(_Section):
+    """The fused decode kernels (engine.patches.kernels), switched through their env vars.
+
+    Off by default: they are exact on the CPU interpreter but unmeasured on a GPU until the
+    device tests (docs/kernels.md) have run on the host.
+    """
+
+    enabled: bool = False
+    disable: list[KernelName] = Field(default_factory=list)
+    # DSA indexer prefill query chunk; None keeps the wheel's 32.
+    indexer_query_chunk: int | None = Field(default=None, ge=1, le=1024)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bool_shorthand(cls, data: Any) -> Any:
+        return {"enabled": data} if isinstance(data, bool) else data
+
+
 class DoctorSection(_Section):
     min_driver_cuda: str = "12.8"
     min_shm_gib: float = Field(default=32.0, ge=0)
@@ -134,6 +155,7 @@ class EngineProfile(_Section):
     kt: KtSection
     scheduling: SchedulingSection = Field(default_factory=SchedulingSection)
     prefix_cache: PrefixCacheSection = Field(default_factory=PrefixCacheSection)
+    kernels: KernelsSection = Field(default_factory=KernelsSection)
     doctor: DoctorSection = Field(default_factory=DoctorSection)
     env: dict[str, str] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)

@@ -14,7 +14,7 @@ import pytest
 
 from engine.launch.host import HostFacts, probe
 from engine.launch.plan import LaunchPlan, build_plan
-from engine.launch.profile import load_profile
+from engine.launch.profile import KernelsSection, load_profile
 from engine.launch.render import render_plan
 from tests.engine.fixtures.hosts import AMX, REFERENCE, SMALLER_GPU, host_sources
 from tests.support.procs import REPO_ROOT
@@ -142,3 +142,17 @@ def test_host_without_numa_information_uses_one_pool_per_socket(tmp_path: Path) 
     assert _flag(plan, "--kt-threadpool-count") == ["2"]
     assert _flag(plan, "--kt-numa-nodes") is None
     assert any("no NUMA information" in n for n in plan.notes)
+
+
+def test_kernel_switches_reach_the_engine_environment(tmp_path: Path) -> None:
+    profile = load_profile(REFERENCE_PROFILE)
+    host = probe(host_sources(REFERENCE, tmp_path))
+    kernels = KernelsSection(enabled=True, disable=["gate_topk"], indexer_query_chunk=256)
+    on = profile.model_copy(update={"kernels": kernels})
+    env = build_plan(on, host, python="python3", environ={}, prefix_cache_available=True).env
+    assert env["FLASHBOX_KERNELS"] == "1"
+    assert env["FLASHBOX_KERNEL_GATE_TOPK"] == "0"
+    assert env["FLASHBOX_INDEXER_QUERY_CHUNK"] == "256"
+    off = build_plan(profile, host, python="python3", environ={}, prefix_cache_available=True).env
+    assert off["FLASHBOX_KERNELS"] == "0"
+    assert "FLASHBOX_INDEXER_QUERY_CHUNK" not in off
