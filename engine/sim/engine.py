@@ -1,0 +1,95 @@
+"""The simulated engine: the scheduler, the checkpoint pool and the metrics, built once per app."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from engine.sim.checkpoints import CheckpointPool
+from engine.sim.faults import Fault
+from engine.sim.metrics import SimMetrics
+from engine.sim.output import CONTENT_WORDS, OutputControls, plan_output, words
+from engine.sim.perf import PerfModel
+from engine.sim.requests import GenerateParams, SimRequestError
+from engine.sim.scheduler import Scheduler
+from engine.sim.settings import SimSettings
+from engine.sim.state import SimRequest
+from engine.sim.tokens import TokenSeq, from_ids, from_text, split_pieces
+
+FILLER_TOKENS = 16
+
+
+class SimEngine:
+    def __init__(self, settings: SimSettings) -> None:
+        profile = settings.profile
+        self.settings = settings
+        self.perf = PerfModel(profile)
+        self.pool = CheckpointPool(profile.checkpoint_slots, profile.track_interval)
+        self.metrics = SimMetrics(settings.served_model_name)
+        self.healthy = True
+        self.process_fault: Fault | None = settings.fault
+        self.fault_rate = settings.fault_rate
+        self._fault_rng = random.Random(0)
+        self.scheduler = Scheduler(
+            perf=self.perf,
+            pool=self.pool,
+            metrics=self.metrics,
+            time_scale=settings.time_scale,
+            max_running=profile.max_running_requests,
+            max_queued=profile.max_queued_requests,
+            prefill_batch_tokens=profile.prefill_batch_tokens,
+            eos_token_id=profile.eos_token_ids[0] if profile.eos_token_ids else 0,
+            max_total_tokens=profile.max_total_tokens,
+            filler=self._filler,
+        )
+
+    def _filler(self, req: SimRequest) -> list[str]:
+        bpt = self.settings.profile.bytes_per_token
+        return split_pieces(" " + words(CONTENT_WORDS, FILLER_TOKENS, bpt, req.rng), bpt)
+
+    def _rng(self, params: GenerateParams, prompt: TokenSeq) -> random.Random:
+        if (
+            params.sampling_seed is None
+            and params.temperature > 0
+            and self.settings.random_without_seed
+        ):
+            return random.Random()
+        seed = params.sampling_seed or 0
+        digest = hashlib.blake2b(prompt.data, digest_size=16, key=str(seed).encode()[:64])
+        return random.Random(digest.digest())
+
+    def _fault(self, params: GenerateParams) -> Fault | None:
+        if params.sim.fault is not None:
+            return params.sim.fault
+        if self.process_fault is not None and self._fault_rng.random() < self.fault_rate:
+            return self.process_fault
+        return None
+
+    def create_request(self, params: GenerateParams) -> SimRequest:
+        profile = self.settings.profile
+        if params.input_ids is not None:
+            prompt = from_ids(params.input_ids)
+        else:
+            prompt = from_text(params.text or "", profile.bytes_per_token)
+        if prompt.count >= profile.context_length:
+            raise SimRequestError(
+                f"the prompt has {prompt.count} tokens; the context length is "
+                f"{profile.context_length}",
+                "text",
+            )
+        rng = self._rng(params, prompt)
+        o = params.sim
+        controls = OutputControls(
+            reasoning_tokens=profile.reasoning_tokens
+            if o.reasoning_tokens is None
+            else o.reasoning_tokens,
+            content_tokens=profile.content_tokens if o.content_tokens is None else o.content_tokens,
+            tool_calls=profile.tool_calls if o.tool_calls is None else o.tool_calls,
+            max_auto_tool_calls=profile.max_auto_tool_calls,
+            tool_call_list=o.tool_call_list,
+            verbatim=o.output,
+        )
+        plan = plan_output(params.text, controls, rng, profile.bytes_per_token)
+        return SimRequest(
+            params=params, prompt=prompt, plan=plan, rng=rng, fault=self._fault(params)
+        )

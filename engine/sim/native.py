@@ -1,0 +1,206 @@
+"""SGLang's native generation API: POST /generate (streaming and not) and /abort_request."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Send
+
+from engine.sim.engine import SimEngine
+from engine.sim.errors import error_response, read_json
+from engine.sim.faults import Fault, FaultKind
+from engine.sim.requests import SimRequestError, parse_generate
+from engine.sim.scheduler import QueueFullError
+from engine.sim.state import SimRequest
+from engine.sim.watched import InjectedDisconnectError, WatchedResponse
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+DONE = b"data: [DONE]\n\n"
+CRASH_EXIT_CODE = 17
+YIELD_EVERY_EVENTS = 8
+MID_STREAM = (FaultKind.DIE, FaultKind.CRASH, FaultKind.ERROR, FaultKind.MALFORMED)
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def _mid_stream(fault: Fault | None, sent: int) -> Fault | None:
+    if fault is not None and fault.kind in MID_STREAM and sent >= fault.after_tokens:
+        return fault
+    return None
+
+
+async def events(engine: SimEngine, req: SimRequest) -> AsyncIterator[bytes]:
+    """One event per token (cumulative text), the finish, then [DONE]; faults on the way."""
+    scale = engine.settings.time_scale
+    max_lag = engine.settings.max_event_lag
+    sent = 0
+    without_wait = 0
+    while True:
+        if (fault := _mid_stream(req.fault, sent)) is not None:
+            async for chunk in _strike(engine, req, fault):
+                yield chunk
+            return
+        if sent < len(req.ids):
+            # A client that falls far behind gets the latest state in one event, as SGLang
+            # merges pending outputs; otherwise one token per event.
+            sent = len(req.ids) if len(req.ids) - sent > max_lag else sent + 1
+            final = req.done and req.finish_on_token and sent == len(req.ids)
+            if final:
+                yield sse(req.event(sent, True, scale))
+                break
+            yield req.encode_event(sent)
+            without_wait += 1
+            if without_wait >= YIELD_EVERY_EVENTS:
+                # Writes that never block would otherwise starve the event loop.
+                without_wait = 0
+                await asyncio.sleep(0)
+            continue
+        without_wait = 0
+        if req.done:
+            yield sse(req.event(sent, True, scale))
+            break
+        req.changed.clear()
+        await req.changed.wait()
+    yield DONE
+
+
+async def _strike(engine: SimEngine, req: SimRequest, fault: Fault) -> AsyncIterator[bytes]:
+    engine.scheduler.abort(req.rid, f"fault injected: {fault.kind.value}", counted=False)
+    if fault.kind is FaultKind.CRASH:
+        os._exit(CRASH_EXIT_CODE)
+    if fault.kind is FaultKind.DIE:
+        raise InjectedDisconnectError(req.rid)
+    if fault.kind is FaultKind.ERROR:
+        yield sse({"error": {"message": "simulated engine error (fault injection)", "code": 500}})
+    else:
+        yield b'data: {"text": "malformed, "meta_info": \n\n'
+    yield DONE
+
+
+def _disconnect(engine: SimEngine, rid: str) -> None:
+    engine.scheduler.abort(rid, "client disconnected")
+
+
+def _stream_response(
+    engine: SimEngine, req: SimRequest, headers: list[tuple[bytes, bytes]]
+) -> WatchedResponse:
+    async def body(send: Send) -> None:
+        try:
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers}
+            )
+            async for chunk in events(engine, req):
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            if not req.done:
+                _disconnect(engine, req.rid)
+
+    return WatchedResponse(body, lambda: _disconnect(engine, req.rid))
+
+
+def _blocking_response(
+    engine: SimEngine, req: SimRequest, headers: list[tuple[bytes, bytes]]
+) -> WatchedResponse:
+    scale = engine.settings.time_scale
+
+    async def body(send: Send) -> None:
+        try:
+            while not req.done and _mid_stream(req.fault, len(req.ids)) is None:
+                req.changed.clear()
+                await req.changed.wait()
+            fault = _mid_stream(req.fault, len(req.ids))
+            if fault is not None and not req.done:
+                payload = b"".join([c async for c in _strike_blocking(engine, req, fault, send)])
+                status = 500 if fault.kind is FaultKind.ERROR else 200
+            else:
+                payload, status = orjson.dumps(req.event(len(req.ids), True, scale)), 200
+            start_headers = [(b"content-type", b"application/json"), *headers]
+            start_headers.append((b"content-length", str(len(payload)).encode()))
+            await send({"type": "http.response.start", "status": status, "headers": start_headers})
+            await send({"type": "http.response.body", "body": payload})
+        finally:
+            if not req.done:
+                _disconnect(engine, req.rid)
+
+    return WatchedResponse(body, lambda: _disconnect(engine, req.rid))
+
+
+async def _strike_blocking(
+    engine: SimEngine, req: SimRequest, fault: Fault, send: Send
+) -> AsyncIterator[bytes]:
+    engine.scheduler.abort(req.rid, f"fault injected: {fault.kind.value}", counted=False)
+    if fault.kind is FaultKind.CRASH:
+        os._exit(CRASH_EXIT_CODE)
+    if fault.kind is FaultKind.DIE:
+        # Promise a body, then drop the connection half-way.
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-length", b"1000")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b'{"text": "', "more_body": True})
+        raise InjectedDisconnectError(req.rid)
+    if fault.kind is FaultKind.ERROR:
+        yield orjson.dumps(
+            {"error": {"message": "simulated engine error (fault injection)", "code": 500}}
+        )
+    else:
+        yield b'{"text": "malformed, "meta_info": '
+
+
+async def generate(request: Request) -> Response | WatchedResponse:
+    engine: SimEngine = request.app.state.engine
+    try:
+        params = parse_generate(
+            await read_json(request, engine), request.headers.get("x-sim-fault")
+        )
+        req = engine.create_request(params)
+        if req.fault is not None and req.fault.kind is FaultKind.UNAVAILABLE:
+            return error_response(
+                503, "simulated engine unavailable (fault injection)", "server_error"
+            )
+        engine.scheduler.submit(req)
+    except SimRequestError as exc:
+        return error_response(exc.status, exc.message, "invalid_request_error", exc.param)
+    except QueueFullError as exc:
+        return error_response(503, str(exc), "server_error", headers={"retry-after": "1"})
+    headers = [(b"x-sim-name", engine.settings.name.encode())]
+    if params.stream:
+        return _stream_response(engine, req, headers)
+    return _blocking_response(engine, req, headers)
+
+
+async def abort_request(request: Request) -> Response:
+    engine: SimEngine = request.app.state.engine
+    try:
+        body = await read_json(request, engine)
+    except SimRequestError as exc:
+        return error_response(exc.status, exc.message, "invalid_request_error", exc.param)
+    if not isinstance(body, dict):
+        return error_response(400, "the body must be a JSON object", "invalid_request_error")
+    rid = body.get("rid", "")
+    abort_all = body.get("abort_all", False)
+    if not isinstance(rid, str) or not isinstance(abort_all, bool):
+        return error_response(
+            400, "rid must be a string and abort_all a boolean", "invalid_request_error"
+        )
+    if abort_all:
+        count = engine.scheduler.abort_all("aborted by /abort_request")
+    else:
+        count = int(engine.scheduler.abort(rid, "aborted by /abort_request"))
+    return JSONResponse({"aborted": count})

@@ -1,0 +1,85 @@
+"""The performance model: what a prefill and a decode step cost on the reference hardware.
+
+All figures are seconds on the calibrated host (time scale 1.0); the scheduler multiplies
+them by --time-scale when it sleeps. docs/simulator.md derives each rule from FACTS.md.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+
+from engine.sim.profile import Profile
+
+
+def interpolate(table: Sequence[tuple[float, float]], x: float) -> float:
+    """Piecewise-linear through the table; beyond the ends, the nearest segment's slope."""
+    if len(table) == 1:
+        return table[0][1]
+    xs = [p[0] for p in table]
+    i = bisect_left(xs, x)
+    if i <= 0:
+        (x0, y0), (x1, y1) = table[0], table[1]
+    elif i >= len(table):
+        (x0, y0), (x1, y1) = table[-2], table[-1]
+    else:
+        (x0, y0), (x1, y1) = table[i - 1], table[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+# A cold-table row this close to the floor is floor-bound (PCIe expert streaming), not compute.
+FLOOR_BOUND = 0.10
+
+
+class PerfModel:
+    """Prefill seconds by (prompt, cached) tokens; decode step seconds by (context, batch)."""
+
+    def __init__(self, profile: Profile) -> None:
+        self._profile = profile
+        # Compute work of the first n tokens: the cold table through the origin, leaving out
+        # rows within FLOOR_BOUND of the floor (those only say "compute fits under the floor").
+        floor = profile.prefill_floor_seconds
+        compute_rows = tuple(
+            row for row in profile.prefill_cold_seconds if row[1] > floor * (1 + FLOOR_BOUND)
+        )
+        self._cumulative = ((0.0, 0.0), *compute_rows)
+        bs1 = interpolate(profile.decode_tps_by_batch, 1.0)
+        # Step time relative to bs1: (b / aggregate tok/s at b) / (1 / tok/s at bs1).
+        self._batch_points = tuple((b, (b / tps) * bs1) for b, tps in profile.decode_tps_by_batch)
+
+    def _work_up_to(self, tokens: float) -> float:
+        # Clamp at 0: the extrapolated slope below the first row must not go negative.
+        return max(0.0, interpolate(self._cumulative, tokens))
+
+    def prefill_seconds(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
+        """max(floor, compute of the uncached tokens), plus a restore when a checkpoint hit."""
+        cached = max(0, min(cached_tokens, prompt_tokens))
+        marginal = self._work_up_to(prompt_tokens) - self._work_up_to(cached)
+        seconds = max(self._profile.prefill_floor_seconds, marginal)
+        if cached > 0:
+            seconds += self._profile.checkpoint_restore_seconds
+        return seconds
+
+    def prefill_batch_seconds(self, requests: Sequence[tuple[int, int]]) -> float:
+        """Prompts prefilled in one forward share the floor; each restored checkpoint costs."""
+        marginal = sum(
+            self._work_up_to(prompt) - self._work_up_to(max(0, min(cached, prompt)))
+            for prompt, cached in requests
+        )
+        restores = sum(1 for prompt, cached in requests if min(cached, prompt) > 0)
+        return (
+            max(self._profile.prefill_floor_seconds, marginal)
+            + restores * self._profile.checkpoint_restore_seconds
+        )
+
+    def batch_factor(self, batch_size: int) -> float:
+        """How much longer a step with batch_size requests takes than a bs1 step."""
+        if batch_size <= 1:
+            return 1.0
+        return max(1.0, interpolate(self._batch_points, float(batch_size)))
+
+    def decode_step_seconds(self, context_tokens: int, batch_size: int = 1) -> float:
+        """One decode step; the batch's longest context sets the attention cost."""
+        ms = interpolate(self._profile.decode_ms_by_context, float(context_tokens))
+        ms = max(ms, self._profile.decode_ms_by_context[0][1])
+        return ms * self.batch_factor(batch_size) / 1000.0

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import random
+
+import orjson
+
+from engine.sim.requests import parse_generate
+from engine.sim.state import SimRequest
+from engine.sim.tokens import from_text
+
+
+def test_fast_event_encoding_equals_the_generic_one() -> None:
+    params = parse_generate({"text": "prompt", "rid": 'r"1'})
+    req = SimRequest(
+        params=params, prompt=from_text("prompt", 4), plan=[], rng=random.Random(0), fault=None
+    )
+    req.cached_tokens = 3
+    for i, piece in enumerate(["ab", 'c"d', "é\n", ""]):
+        req.add_token(1000 + i, piece)
+        req.visible.append(len(req.text))
+    for tokens in range(5):
+        encoded = req.encode_event(tokens)
+        assert encoded.startswith(b"data: ")
+        assert encoded.endswith(b"\n\n")
+        assert orjson.loads(encoded[6:]) == req.event(tokens, False, 1.0)
