@@ -47,6 +47,11 @@ class StreamRecord:
         return [(b - a) / per_chunk for a, b in itertools.pairwise(times)]
 
     @property
+    def chunk_gaps(self) -> list[float]:
+        """Raw gaps between token chunks: their median is the engine's step time."""
+        return [b - a for a, b in itertools.pairwise(self.token_chunk_times)]
+
+    @property
     def tpot(self) -> float | None:
         if self.ttft is None or self.completion_tokens < 2:
             return None

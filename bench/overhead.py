@@ -1,0 +1,343 @@
+"""`python -m bench overhead`: what the gateway adds on top of the engine, next to SGLang's router.
+
+One simulator (a near-trivial upstream at a small time scale) serves three targets, with the
+same streaming load at each concurrency level, in one run:
+  direct   the simulator's own /v1/chat/completions
+  gateway  flashbox's gateway -> the simulator's /generate (render + parse on)
+  smg      SGLang's model gateway (sglang-router) -> the simulator's /v1/chat/completions
+Per target and level: client-side TTFT p50/p99, what the hop adds over direct (ms and ratio),
+and the hop process's own CPU time per request and per relayed token (psutil), which is
+steadier than wall time on a shared machine. `--profile` also runs the gateway under cProfile
+and prints where its time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import math
+import pstats
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil  # type: ignore[import-untyped]
+
+from bench.client import StreamRecord, stream_chat
+from bench.procs import Proc, free_port, start_gateway, start_process, start_sim
+from bench.stats import percentile, ratio
+
+MODEL = "glm-5.3-flash"
+DEFAULT_LEVELS = (1, 8, 32)
+
+
+@dataclass(frozen=True)
+class Config:
+    levels: tuple[int, ...]
+    requests_per_stream: int
+    min_requests: int
+    reasoning_tokens: int
+    content_tokens: int
+    time_scale: float
+    with_smg: bool
+    profile: bool
+    warmup: int
+
+
+@dataclass
+class LevelResult:
+    target: str
+    concurrency: int
+    requests: int
+    ok: int
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    tokens: int
+    wall_s: float
+    cpu_s: float | None
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        return math.nan if self.cpu_s is None else ratio(self.cpu_s * 1000, self.ok)
+
+    @property
+    def cpu_us_per_token(self) -> float:
+        return math.nan if self.cpu_s is None else ratio(self.cpu_s * 1e6, self.tokens)
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return math.nan if self.cpu_s is None else ratio(self.tokens, self.cpu_s)
+
+
+def _cpu_seconds(proc: Proc | None) -> float | None:
+    if proc is None:
+        return None
+    times = psutil.Process(proc.popen.pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def _body() -> dict[str, Any]:
+    # A unique prompt per request: no target gets a cache hit the others do not.
+    prompt = f"Benchmark request {uuid.uuid4().hex}: say something short."
+    return {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4096}
+
+
+async def _run_level(url: str, concurrency: int, total: int) -> tuple[list[StreamRecord], float]:
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=120.0) as client:
+        remaining = total
+        records: list[StreamRecord] = []
+
+        async def worker() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                records.append(await stream_chat(client, url, _body()))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return records, time.perf_counter() - started
+
+
+def _measure(
+    target: str, url: str, proc: Proc | None, concurrency: int, total: int, warmup: int
+) -> LevelResult:
+    asyncio.run(_run_level(url, min(concurrency, warmup), warmup))
+    cpu_before = _cpu_seconds(proc)
+    records, wall = asyncio.run(_run_level(url, concurrency, total))
+    cpu_after = _cpu_seconds(proc)
+    good = [r for r in records if r.ok and r.ttft is not None]
+    ttfts = [r.ttft * 1000 for r in good if r.ttft is not None]
+    return LevelResult(
+        target=target,
+        concurrency=concurrency,
+        requests=len(records),
+        ok=len(good),
+        ttft_p50_ms=percentile(ttfts, 50),
+        ttft_p99_ms=percentile(ttfts, 99),
+        tokens=sum(r.completion_tokens for r in good),
+        wall_s=wall,
+        cpu_s=None if cpu_before is None or cpu_after is None else cpu_after - cpu_before,
+    )
+
+
+def _start_smg(sim: Proc) -> Proc | None:
+    args = ["--worker-urls", sim.url, "--host", "127.0.0.1", "--port", "{port}"]
+    args += ["--log-level", "warn", "--policy", "round_robin"]
+    try:
+        return start_process("sglang_router.launch_router", args, ready_timeout=60.0)
+    except (RuntimeError, OSError) as exc:
+        print(f"smg not available: {exc}")
+        return None
+
+
+@contextmanager
+def _stack(
+    config: Config, profile_out: Path | None
+) -> Iterator[dict[str, tuple[str, Proc | None]]]:
+    sim_args = ["--reasoning-tokens", str(config.reasoning_tokens)]
+    sim_args += ["--content-tokens", str(config.content_tokens)]
+    sim = start_sim(*sim_args, name="bench", time_scale=config.time_scale)
+    procs: list[Proc] = [sim]
+    try:
+        if profile_out is None:
+            gateway = start_gateway([sim.url])
+        else:
+            gateway = _start_profiled_gateway(sim, profile_out)
+        procs.append(gateway)
+        targets: dict[str, tuple[str, Proc | None]] = {
+            "direct": (sim.url + "/v1/chat/completions", None),
+            "gateway": (gateway.url + "/v1/chat/completions", gateway),
+        }
+        if config.with_smg and profile_out is None:
+            smg = _start_smg(sim)
+            if smg is not None:
+                procs.append(smg)
+                targets["smg"] = (smg.url + "/v1/chat/completions", smg)
+        yield targets
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+
+def _start_profiled_gateway(sim: Proc, profile_out: Path) -> Proc:
+    """The gateway under cProfile; the profile is written when it stops (SIGTERM)."""
+    port = free_port()
+    env = {
+        "FLASHBOX_ENGINES": sim.url,
+        "FLASHBOX_HOST": "127.0.0.1",
+        "FLASHBOX_PORT": str(port),
+    }
+    return start_process("bench.overhead", ["serve-profiled", str(profile_out)], port=port, env=env)
+
+
+def serve_profiled(profile_out: Path) -> None:
+    """Serve the gateway (settings from the environment) with cProfile on, until SIGTERM.
+
+    uvicorn re-raises SIGTERM after its shutdown, which would kill the process before the
+    profile is written, so this runs its Server with our own signal handling.
+    """
+    import contextlib
+    import signal
+
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.settings import load_settings
+
+    class _Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    settings = load_settings()
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+    )
+    server = _Server(config)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
+        await server.serve()
+
+    # CPU time, not wall time: on a shared box wall time charges preemption to whatever ran.
+    profiler = cProfile.Profile(time.process_time)
+    profiler.enable()
+    try:
+        uvloop_run(serve())
+    finally:
+        profiler.disable()
+        profiler.dump_stats(str(profile_out))
+
+
+def uvloop_run(coro: Any) -> None:
+    import uvloop
+
+    uvloop.run(coro)
+
+
+def run(config: Config) -> list[LevelResult]:
+    results: list[LevelResult] = []
+    with _stack(config, None) as targets:
+        for level in config.levels:
+            total = max(config.min_requests, level * config.requests_per_stream)
+            for name, (url, proc) in targets.items():
+                result = _measure(name, url, proc, level, total, config.warmup)
+                results.append(result)
+                print(
+                    f"{name:8} x{level:<3} ok {result.ok}/{result.requests} "
+                    f"ttft p50 {result.ttft_p50_ms:.1f} ms p99 {result.ttft_p99_ms:.1f} ms "
+                    f"cpu/token {result.cpu_us_per_token:.0f} us",
+                    flush=True,
+                )
+    return results
+
+
+def profile(config: Config, level: int, top: int = 25) -> str:
+    """The gateway's own profile under `level` streams, as pstats text (top by own time)."""
+    out = Path(tempfile.mkstemp(prefix="gateway-", suffix=".prof")[1])
+    with _stack(config, out) as targets:
+        url, proc = targets["gateway"]
+        total = max(config.min_requests, level * config.requests_per_stream)
+        _measure("gateway", url, proc, level, total, config.warmup)
+    stream = io.StringIO()
+    stats = pstats.Stats(str(out), stream=stream)
+    stats.strip_dirs().sort_stats("tottime").print_stats(top)
+    out.unlink(missing_ok=True)
+    return stream.getvalue()
+
+
+def table(results: Sequence[LevelResult]) -> str:
+    direct = {r.concurrency: r for r in results if r.target == "direct"}
+    lines = [
+        "| target | streams | ok | TTFT p50 ms | TTFT p99 ms | added p50 ms | added p99 ms "
+        "| p50 ratio | hop CPU ms/req | hop CPU us/token | tokens per hop CPU-s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        base = direct.get(r.concurrency)
+        added50 = r.ttft_p50_ms - base.ttft_p50_ms if base else math.nan
+        added99 = r.ttft_p99_ms - base.ttft_p99_ms if base else math.nan
+        factor = ratio(r.ttft_p50_ms, base.ttft_p50_ms) if base else math.nan
+        lines.append(
+            f"| {r.target} | {r.concurrency} | {r.ok}/{r.requests} | {r.ttft_p50_ms:.2f} "
+            f"| {r.ttft_p99_ms:.2f} | {added50:.2f} | {added99:.2f} | {factor:.2f} "
+            f"| {r.cpu_ms_per_request:.2f} | {r.cpu_us_per_token:.1f} "
+            f"| {r.tokens_per_cpu_s:,.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def _parse(argv: list[str]) -> tuple[Config, Path | None]:
+    parser = argparse.ArgumentParser(prog="python -m bench overhead", description=__doc__)
+    parser.add_argument("--levels", type=int, nargs="+", default=list(DEFAULT_LEVELS))
+    parser.add_argument("--requests-per-stream", type=int, default=4)
+    parser.add_argument("--min-requests", type=int, default=40)
+    parser.add_argument("--reasoning-tokens", type=int, default=32)
+    parser.add_argument("--content-tokens", type=int, default=96)
+    parser.add_argument("--time-scale", type=float, default=0.001)
+    parser.add_argument("--no-smg", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="also profile the gateway")
+    parser.add_argument("--warmup", type=int, default=8)
+    parser.add_argument("--out", type=Path, default=None, help="write results JSON here")
+    args = parser.parse_args(argv)
+    config = Config(
+        levels=tuple(args.levels),
+        requests_per_stream=args.requests_per_stream,
+        min_requests=args.min_requests,
+        reasoning_tokens=args.reasoning_tokens,
+        content_tokens=args.content_tokens,
+        time_scale=args.time_scale,
+        with_smg=not args.no_smg,
+        profile=args.profile,
+        warmup=args.warmup,
+    )
+    return config, args.out
+
+
+def main(argv: list[str]) -> int:
+    config, out = _parse(argv)
+    results = run(config)
+    print(table(results))
+    if out is not None:
+        out.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    if config.profile:
+        print(profile(config, level=8))
+    return 0
+
+
+def report(out_dir: Path) -> str:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config, _ = _parse([])
+    results = run(config)
+    (out_dir / "overhead.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
+    prof = profile(config, level=8, top=15)
+    (out_dir / "gateway-profile.txt").write_text(prof)
+    return (
+        "## Gateway overhead (direct vs gateway vs smg, same simulator)\n\n"
+        f"{table(results)}\n\n"
+        "Client, simulator and hops share this machine's cores, so added TTFT includes CPU "
+        "contention. Gateway profile at 8 streams: gateway-profile.txt.\n"
+    )
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["serve-profiled"]:
+        serve_profiled(Path(sys.argv[2]))
