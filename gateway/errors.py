@@ -103,3 +103,19 @@ class NoReplicaError(GatewayError):
 class UpstreamTimeoutError(GatewayError):
     status_code = 504
     error_type = "upstream_timeout"
+
+
+class EngineUnreachableError(NoReplicaError):
+    """The chosen replica refused or dropped the connection before answering (503)."""
+
+    default_code = "engine_unreachable"
+
+
+class UpstreamStreamError(UpstreamError):
+    """The engine's stream broke or reported an error after the response had started."""
+
+    default_code = "engine_stream_error"
+
+
+class ClientDisconnected(Exception):
+    """The client went away; not an error to answer, a reason to abort upstream work."""

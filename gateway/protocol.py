@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
 
 class _Model(BaseModel):
@@ -22,14 +22,27 @@ class TextPart(_Model):
     text: StrictStr
 
 
+# The model reads text only; these part types get a clear 400 instead of being dropped.
+_UNSUPPORTED_PARTS = frozenset({"image_url", "input_audio", "file", "video_url"})
+
+
 class OtherPart(_Model):
     """Parts the template may understand (tool_reference, tool outputs); passed through."""
 
     type: StrictStr
 
+    @field_validator("type")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if value == "text":
+            raise ValueError("a text part needs a string 'text' field")
+        if value in _UNSUPPORTED_PARTS:
+            raise ValueError(f"content parts of type {value!r} are not supported (text only)")
+        return value
+
 
 ContentPart = TextPart | OtherPart
-Content = StrictStr | list[ContentPart | dict[str, Any]] | None
+Content = StrictStr | list[ContentPart] | None
 
 
 class FunctionCall(_Model):

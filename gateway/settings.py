@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import (
@@ -32,7 +32,7 @@ class ModelSettings(_Section):
     """What the gateway serves: names clients may ask for and how the model's text looks."""
 
     served_names: list[str] = Field(default_factory=lambda: ["glm-5.3-flash"], min_length=1)
-    family: str = "glm"
+    family: str = "glm47"
     # Strings the engine must stop on (the next turn's role tokens); merged with the client's.
     stop: list[str] = Field(default_factory=lambda: ["<|user|>", "<|observation|>"])
     # A prompt ending in this tag means the model starts inside its reasoning block.
@@ -72,6 +72,16 @@ class UpstreamSettings(_Section):
     max_connections: int = Field(default=2048, gt=0)
     max_keepalive_connections: int = Field(default=512, ge=0)
     keepalive_expiry_s: float = Field(default=30.0, ge=0)
+    # Bound on one stream event: SGLang repeats the whole output so far in every event.
+    max_event_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    # True when the engine runs with --incremental-streaming-output (events carry only new text).
+    incremental_output: bool = False
+    # HTTP client for /generate: "wire" (gateway/engine_wire.py, lean, plain http://) or
+    # "httpx" (httpx's transport; about twice the CPU per relayed token, see bench/overhead.py).
+    client: Literal["wire", "httpx"] = "wire"
+    # Pass a request's top-level `custom_params` on to /generate (the simulator reads its
+    # output and fault controls there). Off in production: SGLang has no such field.
+    forward_custom_params: bool = False
     # Bound on an error body read from the engine (it is quoted to the client).
     max_error_body_bytes: int = Field(default=16384, gt=0)
     # abort_request and health probes use their own small client so a full pool never delays them.

@@ -1,0 +1,163 @@
+"""The body of a streamed /generate response, read as engine events.
+
+SGLang sends `data: {json}` events; `text` is the whole output so far (gateway.stream.text_diff
+turns it into deltas), `meta_info` carries token counts and, on the last event, the finish
+reason; an error arrives in-stream as `data: {"error": ...}`; the stream ends with `[DONE]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+import orjson
+
+from gateway.engine_wire import WireError, WireReadTimeout
+from gateway.errors import UpstreamStreamError
+
+
+@dataclass(slots=True)
+class EngineEvent:
+    """One event of a /generate stream."""
+
+    text: str
+    meta: dict[str, Any]
+
+    @property
+    def finish_reason(self) -> dict[str, Any] | None:
+        reason = self.meta.get("finish_reason")
+        return reason if isinstance(reason, dict) else None
+
+    def followed_by(self, later: EngineEvent) -> EngineEvent:
+        """Two incremental events as one: texts joined, the later event's meta_info."""
+        return EngineEvent(self.text + later.text, later.meta or self.meta)
+
+    @property
+    def completion_tokens(self) -> int:
+        value = self.meta.get("completion_tokens", 0)
+        return value if isinstance(value, int) else 0
+
+
+class ResponseBody(Protocol):
+    """A streamed response body: our wire client's, or httpx's behind `_HttpxBody`."""
+
+    status_code: int
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class HttpxBody:
+    """An httpx response as a ResponseBody (injected transports: tests)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status_code = response.status_code
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        # The raw stream: SGLang does not compress, so httpx's decoding layers only cost time.
+        async for chunk in self._response.stream:  # type: ignore[union-attr]
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class EngineStream:
+    """An open /generate response; iterate `events()`, always `aclose()`.
+
+    Events that arrive together (one network read) are coalesced into one: with cumulative
+    text only the newest event matters, so the others are not even JSON-decoded (they are
+    only checked for an error). A busy gateway thus does less work per token, not more, and
+    a long answer is not re-parsed once per token when the engine runs ahead of us.
+    """
+
+    def __init__(
+        self, response: ResponseBody, max_event_bytes: int, *, incremental: bool = False
+    ) -> None:
+        self._response = response
+        self._max_event_bytes = max_event_bytes
+        self._incremental = incremental
+
+    async def events(self) -> AsyncIterator[EngineEvent]:
+        buf = bytearray()
+        chunks = aiter(self._response)
+        try:
+            async for chunk in chunks:
+                buf += chunk
+                start = 0
+                newest: bytes | None = None
+                merged: EngineEvent | None = None
+                done = False
+                while (end := buf.find(b"\n\n", start)) >= 0:
+                    raw = bytes(buf[start:end])
+                    start = end + 2
+                    if self._incremental:
+                        event = self._decode(raw)
+                        if event is None:
+                            done = True
+                            break
+                        merged = event if merged is None else merged.followed_by(event)
+                    elif raw.endswith(b"[DONE]") and self._decode(raw) is None:
+                        done = True
+                        break
+                    else:
+                        if b'"error"' in raw[:48]:
+                            self._decode(raw)  # raises with the engine's message
+                        newest = raw
+                del buf[:start]
+                if newest is not None:
+                    merged = self._decode(newest)
+                if merged is not None:
+                    yield merged
+                if done:
+                    await self._drain(chunks)
+                    return
+                if len(buf) > self._max_event_bytes:
+                    raise UpstreamStreamError("The engine sent an event larger than allowed.")
+        except (httpx.TimeoutException, WireReadTimeout) as exc:
+            raise UpstreamStreamError("The engine stopped sending (read timeout).") from exc
+        except (httpx.HTTPError, WireError) as exc:
+            raise UpstreamStreamError(f"The engine stream broke: {exc}") from exc
+        raise UpstreamStreamError("The engine stream ended without [DONE].")
+
+    @staticmethod
+    async def _drain(chunks: AsyncIterator[bytes]) -> None:
+        """Read to the end of the response (the chunked terminator after [DONE]): a response
+        closed before its end takes its connection with it, and every request would pay a
+        new TCP connection to the engine."""
+        async for _ in chunks:
+            pass
+
+    @staticmethod
+    def _decode(raw: bytes) -> EngineEvent | None:
+        """None on [DONE]; raises on an in-stream error event."""
+        data = b""
+        for line in raw.split(b"\n"):
+            if line.startswith(b"data:"):
+                data = line[5:].strip()
+        if data == b"[DONE]":
+            return None
+        if not data:
+            return EngineEvent("", {})
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamStreamError("The engine sent an event that is not JSON.") from exc
+        if not isinstance(obj, dict):
+            raise UpstreamStreamError("The engine sent an event that is not a JSON object.")
+        error = obj.get("error")
+        if error is not None:
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            raise UpstreamStreamError(f"The engine reported an error: {message}")
+        text = obj.get("text")
+        meta = obj.get("meta_info")
+        return EngineEvent(
+            text if isinstance(text, str) else "", meta if isinstance(meta, dict) else {}
+        )
+
+    async def aclose(self) -> None:
+        await self._response.aclose()

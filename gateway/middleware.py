@@ -1,0 +1,79 @@
+"""The one middleware: request id, replica header, and a last-resort 500 in OpenAI's shape.
+
+Pure ASGI (no BaseHTTPMiddleware): it only edits the response-start message, so a streamed
+body passes through untouched, event by event.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("gateway.middleware")
+
+_SAFE_ID = re.compile(rb"[A-Za-z0-9._:\-]+")
+_INTERNAL_ERROR = orjson.dumps(
+    {
+        "error": {
+            "message": "The gateway failed unexpectedly; the error is logged with this request id.",
+            "type": "server_error",
+            "param": None,
+            "code": "internal_error",
+        }
+    }
+)
+
+
+class RequestContextMiddleware:
+    def __init__(self, app: ASGIApp, *, max_request_id_chars: int) -> None:
+        self.app = app
+        self.max_id = max_request_id_chars
+
+    def _request_id(self, scope: Scope) -> str:
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                # Honoured only when it is safe to echo and to use as the engine's rid.
+                if len(value) <= self.max_id and _SAFE_ID.fullmatch(value):
+                    return bytes(value).decode()
+                break
+        return uuid.uuid4().hex
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        arrival = time.perf_counter()
+        request_id = self._request_id(scope)
+        state = scope.setdefault("state", {})
+        state.update(request_id=request_id, arrival=arrival, replica="none")
+        started = False
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = list(message.get("headers", ()))
+                headers.append((b"x-request-id", request_id.encode()))
+                headers.append((b"x-flashbox-replica", str(state["replica"]).encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            log.exception("unhandled error in request %s", request_id)
+            if started:
+                raise
+            await send_with_headers(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": _INTERNAL_ERROR})

@@ -1,0 +1,149 @@
+"""Every gateway metric, in one class, on the app's own registry (no module-level collectors).
+
+Names are a contract with monitoring/ (dashboards and alerts): do not rename. All labels are
+bounded: model is one of the configured served names (or "unknown"), code an HTTP status, and
+the other labels take values from fixed sets in the code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+TTFT_BUCKETS = (
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0,
+    900.0, 1200.0, 1800.0,
+)  # fmt: skip
+ITL_BUCKETS = (
+    0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0,
+)  # fmt: skip
+E2E_BUCKETS = (
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
+    3600.0,
+)  # fmt: skip
+RATE_BUCKETS = (
+    1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 500.0, 1000.0, 2000.0,
+    5000.0, 10000.0, 50000.0,
+)  # fmt: skip
+RENDER_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
+
+# flashbox_ttft_stage_seconds{stage}: time from request arrival to the end of each stage.
+STAGES = ("queue", "render", "route", "upstream_first_byte", "first_reasoning_token",
+          "first_content_token")  # fmt: skip
+# flashbox_upstream_aborts_total{phase}: where the request was when the client left.
+ABORT_PHASES = ("queued", "before_first_token", "streaming", "non_streaming")
+
+
+class Metrics:
+    def __init__(self, *, process_metrics: bool = True) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        if process_metrics:
+            ProcessCollector(registry=reg)
+            PlatformCollector(registry=reg)
+            GCCollector(registry=reg)
+
+        self.requests = Counter(
+            "flashbox_requests", "Chat requests answered, by status code.",
+            ["model", "code"], registry=reg,
+        )  # fmt: skip
+        self.in_flight = Gauge(
+            "flashbox_requests_in_flight", "Chat requests being served now.", registry=reg
+        )
+        self.ttft = Histogram(
+            "flashbox_ttft_seconds",
+            "Request arrival to the first generated token sent (reasoning, content or tool call).",
+            ["model"], buckets=TTFT_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.ttft_stage = Histogram(
+            "flashbox_ttft_stage_seconds",
+            "Request arrival to the end of each stage on the way to the first token.",
+            ["stage"], buckets=TTFT_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.itl = Histogram(
+            "flashbox_inter_token_latency_seconds",
+            "Gap between generated tokens as relayed (a chunk's gap spread over its tokens).",
+            ["model"], buckets=ITL_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.e2e = Histogram(
+            "flashbox_e2e_latency_seconds", "Request arrival to the last byte sent.",
+            ["model"], buckets=E2E_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.prompt_tokens = Counter(
+            "flashbox_prompt_tokens", "Prompt tokens, as counted by the engine.",
+            ["model"], registry=reg,
+        )  # fmt: skip
+        self.cached_tokens = Counter(
+            "flashbox_cached_tokens", "Prompt tokens the engine served from its prefix cache.",
+            ["model"], registry=reg,
+        )  # fmt: skip
+        self.generated_tokens = Counter(
+            "flashbox_generated_tokens", "Completion tokens generated.", ["model"], registry=reg
+        )
+        self.decode_rate = Histogram(
+            "flashbox_decode_tokens_per_second",
+            "Per request: (completion tokens - 1) / (e2e - TTFT).",
+            ["model"], buckets=RATE_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.prefill_rate = Histogram(
+            "flashbox_prefill_tokens_per_second",
+            "Per request: uncached prompt tokens / TTFT.",
+            ["model"], buckets=RATE_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.render_seconds = Histogram(
+            "flashbox_template_render_seconds", "Chat-template rendering time.",
+            ["renderer"], buckets=RENDER_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.affinity = Counter(
+            "flashbox_affinity", "Routing decisions by outcome.", ["outcome"], registry=reg
+        )
+        self.replica_up = Gauge(
+            "flashbox_replica_up", "1 when the replica passes health checks.",
+            ["replica"], registry=reg,
+        )  # fmt: skip
+        self.replica_in_flight = Gauge(
+            "flashbox_replica_in_flight", "Requests the gateway has open on each replica.",
+            ["replica"], registry=reg,
+        )  # fmt: skip
+        self.errors = Counter(
+            "flashbox_errors", "Failed requests and stream faults, by kind.", ["kind"], registry=reg
+        )
+        self.upstream_aborts = Counter(
+            "flashbox_upstream_aborts",
+            "abort_request calls sent to the engine after a client left, by phase.",
+            ["phase"], registry=reg,
+        )  # fmt: skip
+        self.retries = Counter(
+            "flashbox_retries", "Requests retried on another replica.", registry=reg
+        )
+        self.tool_calls_rejected = Counter(
+            "flashbox_tool_calls_rejected", "Tool calls the parser dropped, by reason.",
+            ["reason"], registry=reg,
+        )  # fmt: skip
+        self.admission_rejected = Counter(
+            "flashbox_admission_rejected", "Requests refused before any work, by reason.",
+            ["reason"], registry=reg,
+        )  # fmt: skip
+        for phase in ABORT_PHASES:
+            self.upstream_aborts.labels(phase=phase)
+
+    def register_replicas(self, names: Iterable[str]) -> None:
+        for name in names:
+            self.replica_up.labels(replica=name).set(0)
+            self.replica_in_flight.labels(replica=name).set(0)
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

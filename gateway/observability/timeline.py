@@ -1,0 +1,87 @@
+"""One request's timeline, turned into metrics exactly once when the request ends.
+
+Times are `time.perf_counter()` seconds; stages are measured from the request's arrival (the
+first thing the gateway's middleware does), so TTFT here is what the client sees minus network.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from prometheus_client import Histogram
+
+from gateway.observability.metrics import Metrics
+
+# How many per-token ITL observations one engine event may add; bounds the work per event.
+_MAX_ITL_OBSERVATIONS = 32
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    metrics: Metrics
+    model: str
+    arrival: float
+    stages: dict[str, float] = field(default_factory=dict)
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    tokens_seen: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    finished: bool = False
+    # The ITL child, looked up once: labels() per event is measurable on the hot path.
+    _itl: Histogram | None = None
+
+    def mark(self, stage: str, now: float | None = None) -> None:
+        if stage not in self.stages:
+            self.stages[stage] = (time.perf_counter() if now is None else now) - self.arrival
+
+    def tokens(self, completion_tokens: int, now: float) -> None:
+        """An engine event brought the completion to `completion_tokens` tokens (cumulative)."""
+        new = completion_tokens - self.tokens_seen
+        if new <= 0:
+            return
+        self.tokens_seen = completion_tokens
+        if self.last_token_at is not None:
+            gap = (now - self.last_token_at) / new
+            itl = self._itl
+            if itl is None:
+                itl = self._itl = self.metrics.itl.labels(model=self.model)
+            for _ in range(min(new, _MAX_ITL_OBSERVATIONS)):
+                itl.observe(gap)
+        self.last_token_at = now
+
+    def first_token(self, now: float) -> None:
+        if self.first_token_at is None:
+            self.first_token_at = now
+
+    def finish(self, code: int | str, error_kind: str | None = None) -> None:
+        """Record the request's metrics; later calls do nothing."""
+        if self.finished:
+            return
+        self.finished = True
+        m, model = self.metrics, self.model
+        now = time.perf_counter()
+        m.requests.labels(model=model, code=str(code)).inc()
+        if error_kind is not None:
+            m.errors.labels(kind=error_kind).inc()
+        for stage, seconds in self.stages.items():
+            m.ttft_stage.labels(stage=stage).observe(seconds)
+        if self.prompt_tokens:
+            m.prompt_tokens.labels(model=model).inc(self.prompt_tokens)
+            m.cached_tokens.labels(model=model).inc(self.cached_tokens)
+        if self.completion_tokens:
+            m.generated_tokens.labels(model=model).inc(self.completion_tokens)
+        if error_kind is None:
+            m.e2e.labels(model=model).observe(now - self.arrival)
+        if self.first_token_at is None:
+            return
+        ttft = self.first_token_at - self.arrival
+        m.ttft.labels(model=model).observe(ttft)
+        uncached = self.prompt_tokens - self.cached_tokens
+        if uncached > 0 and ttft > 0:
+            m.prefill_rate.labels(model=model).observe(uncached / ttft)
+        decode_time = (self.last_token_at or now) - self.first_token_at
+        if self.completion_tokens > 1 and decode_time > 0:
+            m.decode_rate.labels(model=model).observe((self.completion_tokens - 1) / decode_time)

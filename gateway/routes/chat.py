@@ -1,0 +1,39 @@
+"""POST /v1/chat/completions: hop 1 here, the rest in ChatRun."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.errors import GatewayError
+from gateway.routes.chat_input import parse_chat, read_body
+from gateway.routes.chat_run import ChatRun
+from gateway.routes.deps import app_state
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    state = app_state(request)
+    scope_state = request.scope["state"]
+    model = "unknown"
+    try:
+        state.auth.check(request.headers.get("authorization"))
+        body = await read_body(request, state.settings.limits.max_body_bytes)
+        chat = parse_chat(body, state.settings)
+        model = chat.model
+        record = state.admit(model, scope_state["arrival"])
+    except GatewayError as exc:
+        state.refused(model, exc)
+        raise
+    run = ChatRun(
+        state,
+        chat,
+        record,
+        scope_state["request_id"],
+        scope_state,
+        request.headers.get("x-session-id"),
+    )
+    return await run.respond(request.receive)

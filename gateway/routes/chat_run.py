@@ -1,0 +1,184 @@
+"""Hops 2-4 for one admitted chat request, and the client-disconnect handling around them.
+
+Phases, as `flashbox_upstream_aborts_total{phase}` names them: "queued" (the /generate request
+is sent but the engine has not answered yet), "before_first_token" (streaming, no token relayed
+yet), "streaming", and "non_streaming". Once /generate is sent, a client that leaves always
+costs the engine an abort_request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from functools import partial
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Receive
+
+from gateway.errors import ClientDisconnected, EngineUnreachableError, GatewayError
+from gateway.observability.timeline import RequestRecord
+from gateway.routes.chat_input import ChatInput
+from gateway.routing import Outcome, Replica, RequestContext
+from gateway.sampling import add_constraint, generate_body, template_kwargs
+from gateway.state import AppState
+from gateway.stream.relay import ChatRelay, error_kind
+from gateway.stream.response import DisconnectWatcher, SSEResponse
+from gateway.stream.text_diff import TextDiffer
+
+
+class ChatRun:
+    def __init__(
+        self,
+        state: AppState,
+        chat: ChatInput,
+        record: RequestRecord,
+        request_id: str,
+        scope_state: dict[str, Any],
+        session_key: str | None,
+    ) -> None:
+        self._state = state
+        self._chat = chat
+        self._record = record
+        self._scope_state = scope_state
+        self._request_id = request_id
+        self._session_key = session_key
+        self._ctx: RequestContext | None = None
+        self._replica: Replica | None = None
+        self._relay: ChatRelay | None = None
+        self._upstream_sent = False
+        self._outcome = Outcome.OK
+        self._closed = False
+
+    async def respond(self, receive: Receive) -> Response:
+        watcher = DisconnectWatcher(receive)
+        watcher.start()
+        streaming = False
+        try:
+            relay = await watcher.run(self._prepare())
+            if self._chat.request.stream:
+                streaming = True
+                body = partial(relay.stream, include_usage=self._chat.request.include_usage)
+                return SSEResponse(body, watcher, self._client_gone, self._close)
+            result = await watcher.run(relay.collect())
+            self._record.finish(200)
+            return Response(orjson.dumps(result), media_type="application/json")
+        except ClientDisconnected:
+            await self._client_gone()
+            return Response(status_code=499)
+        except GatewayError as exc:
+            self._outcome = Outcome.UPSTREAM_ERROR
+            self._record.finish(exc.status_code, error_kind=error_kind(exc))
+            raise
+        finally:
+            if not streaming:
+                watcher.stop()
+                self._close()
+
+    async def _prepare(self) -> ChatRelay:
+        state, chat, record = self._state, self._chat, self._record
+        record.mark("queue")
+        prompt = await self._render()
+        record.mark("render")
+        ctx = self._ctx = RequestContext(self._request_id, self._session_key, prompt)
+        pick = state.picker.pick(ctx)
+        replica = pick.replica
+        state.metrics.affinity.labels(outcome=pick.affinity).inc()
+        self._take(replica)
+        record.mark("route")
+        tag = state.settings.model.reasoning_open_tag
+        in_reasoning = bool(tag) and prompt.endswith(tag)
+        body = generate_body(chat.request, prompt, self._request_id, state.settings)
+        if state.constraint_builder is not None:
+            constraint = state.constraint_builder(
+                tools=chat.tools, tool_choice=_tool_choice(chat), starts_in_reasoning=in_reasoning
+            )
+            add_constraint(body, constraint)
+        # Built before /generate is sent: a tool_choice the parser refuses is a 400 that must
+        # not leave a generation running on the engine.
+        parser = state.parser_factory(
+            tools=chat.tools, tool_choice=_tool_choice(chat), starts_in_reasoning=in_reasoning
+        )
+        self._upstream_sent = True
+        try:
+            engine = await state.engine.open_generate(replica, body)
+        except EngineUnreachableError:
+            self._outcome = Outcome.CONNECT_FAILED
+            state.picker.report(ctx, replica, Outcome.CONNECT_FAILED)
+            state.metrics.replica_up.labels(replica=replica.name).set(int(replica.healthy))
+            raise
+        record.mark("upstream_first_byte")
+        self._relay = ChatRelay(
+            engine=engine,
+            parser=parser,
+            differ=TextDiffer(incremental=state.settings.upstream.incremental_output),
+            record=record,
+            completion_id=f"chatcmpl-{self._request_id}",
+            created=int(time.time()),
+            model=chat.model,
+        )
+        return self._relay
+
+    async def _render(self) -> str:
+        chat, renderer = self._chat, self._state.renderer
+        offload = self._state.settings.render_offload
+        kwargs = template_kwargs(chat.request)
+        started = time.perf_counter()
+        if len(chat.messages) >= offload.min_messages or chat.body_bytes >= offload.min_bytes:
+            prompt = await asyncio.to_thread(renderer.render, chat.messages, chat.tools, kwargs)
+        else:
+            prompt = renderer.render(chat.messages, chat.tools, kwargs)
+        seconds = time.perf_counter() - started
+        self._state.metrics.render_seconds.labels(renderer=renderer.name).observe(seconds)
+        return prompt
+
+    def _take(self, replica: Replica) -> None:
+        self._replica = replica
+        self._scope_state["replica"] = replica.name
+        replica.in_flight += 1
+        self._state.metrics.replica_in_flight.labels(replica=replica.name).inc()
+
+    async def _client_gone(self) -> None:
+        self._outcome = Outcome.CLIENT_GONE
+        if self._replica is not None and self._upstream_sent:
+            if not self._chat.request.stream:
+                phase = "non_streaming"
+            elif self._relay is None:
+                phase = "queued"
+            else:
+                phase = self._relay.phase
+            self._state.abort_upstream(self._replica, self._request_id, phase)
+        if self._relay is not None:
+            self._relay.settle()
+            await self._relay.aclose()
+        self._record.finish(499)
+
+    def _close(self) -> None:
+        """Runs once when the request is over, whatever happened."""
+        if self._closed:
+            return
+        self._closed = True
+        # A stream that ended without finishing its record (it should not happen) still counts.
+        self._record.finish(200 if self._outcome is Outcome.OK else 500)
+        self._state.release()
+        replica, ctx = self._replica, self._ctx
+        if replica is None or ctx is None:
+            return
+        replica.in_flight -= 1
+        self._state.metrics.replica_in_flight.labels(replica=replica.name).dec()
+        record = self._record
+        self._state.picker.report(
+            ctx,
+            replica,
+            Outcome.UPSTREAM_ERROR if self._relay and self._relay.failed else self._outcome,
+            prompt_tokens=record.prompt_tokens,
+            cached_tokens=record.cached_tokens,
+        )
+
+
+def _tool_choice(chat: ChatInput) -> str | dict[str, Any] | None:
+    choice = chat.request.tool_choice
+    if choice is None or isinstance(choice, str):
+        return choice
+    return choice.model_dump()

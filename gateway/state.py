@@ -1,0 +1,113 @@
+"""Everything a request needs, built once per app in its lifespan and passed down."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from gateway.auth import ApiKeyChecker
+from gateway.components import load_constraint_builder, load_parser_factory, load_renderer
+from gateway.errors import GatewayError, RateLimitError
+from gateway.observability.metrics import Metrics
+from gateway.observability.timeline import RequestRecord
+from gateway.parsers.base import ParserFactory
+from gateway.parsers.constraints import DecodingConstraintBuilder
+from gateway.render.base import Renderer
+from gateway.routing import FirstHealthyPicker, Replica, ReplicaPicker
+from gateway.routing.health import HealthProber
+from gateway.settings import Settings
+from gateway.stream.relay import error_kind
+from gateway.upstream import EngineClient
+
+log = logging.getLogger("gateway.state")
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    metrics: Metrics
+    auth: ApiKeyChecker
+    engine: EngineClient
+    picker: ReplicaPicker
+    prober: HealthProber
+    renderer: Renderer
+    parser_factory: ParserFactory
+    constraint_builder: DecodingConstraintBuilder | None
+    in_flight: int = 0
+    # Fire-and-forget work (abort_request calls) kept referenced until done.
+    background: set[asyncio.Task[bool]] = field(default_factory=set)
+
+    def admit(self, model: str, arrival: float) -> RequestRecord:
+        """Counts the request in, or refuses it when the gateway is full (429)."""
+        limits = self.settings.limits
+        if self.in_flight >= limits.max_in_flight:
+            self.metrics.admission_rejected.labels(reason="in_flight").inc()
+            raise RateLimitError(
+                f"The gateway is serving its limit of {limits.max_in_flight} requests; "
+                "retry shortly.",
+                code="too_many_requests",
+                headers={"retry-after": str(limits.retry_after_s)},
+            )
+        self.in_flight += 1
+        self.metrics.in_flight.inc()
+        return RequestRecord(metrics=self.metrics, model=model, arrival=arrival)
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self.metrics.in_flight.dec()
+
+    def refused(self, model: str, error: GatewayError) -> None:
+        """A request that failed before admission (auth, input, limits)."""
+        self.metrics.requests.labels(model=model, code=str(error.status_code)).inc()
+        self.metrics.errors.labels(kind=error_kind(error)).inc()
+
+    def abort_upstream(self, replica: Replica, rid: str, phase: str) -> None:
+        """Tell the engine to drop `rid` now, without making anyone wait for the answer."""
+        self.metrics.upstream_aborts.labels(phase=phase).inc()
+        task = asyncio.create_task(self.engine.abort(replica, rid))
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+
+def build_state(
+    settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
+) -> AppState:
+    metrics = Metrics()
+    replicas = [Replica.from_url(url) for url in settings.engines]
+    metrics.register_replicas(replica.name for replica in replicas)
+    engine = EngineClient(settings.upstream, transport=transport)
+
+    def replica_changed(replica: Replica) -> None:
+        metrics.replica_up.labels(replica=replica.name).set(1 if replica.healthy else 0)
+
+    prober = HealthProber(replicas, engine.control, settings.health, replica_changed)
+    return AppState(
+        settings=settings,
+        metrics=metrics,
+        auth=ApiKeyChecker(settings.api_keys),
+        engine=engine,
+        picker=FirstHealthyPicker(replicas),
+        prober=prober,
+        renderer=load_renderer(settings.render),
+        parser_factory=load_parser_factory(settings.model.family),
+        constraint_builder=load_constraint_builder(settings.model.family),
+    )
+
+
+async def start(state: AppState) -> None:
+    started = time.perf_counter()
+    await state.prober.probe_all()
+    up = [r.name for r in state.picker.replicas if r.healthy]
+    log.info("first health probe took %.3fs; replicas up: %s", time.perf_counter() - started, up)
+    state.prober.start()
+
+
+async def stop(state: AppState) -> None:
+    await state.prober.stop()
+    if state.background:
+        await asyncio.wait(state.background, timeout=state.settings.upstream.abort_timeout_s)
+    await state.engine.aclose()

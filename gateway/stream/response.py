@@ -1,0 +1,103 @@
+"""Noticing a client that left, in every phase, and the SSE response that streams a relay.
+
+After the request body is read, the only message ASGI's `receive` can still deliver is
+`http.disconnect`. `DisconnectWatcher` waits for it in a task of its own; work that must stop
+when the client leaves runs through `watcher.run(...)`, and `SSEResponse` streams while watching.
+Nothing else may call `receive` once the watcher runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import ClientDisconnected
+from gateway.stream import sse
+
+T = TypeVar("T")
+
+
+class DisconnectWatcher:
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self.gone = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.gone.set()
+                return
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def run(self, work: Awaitable[T]) -> T:
+        """Await `work`, or cancel it and raise ClientDisconnected if the client leaves first."""
+        task = asyncio.ensure_future(work)
+        if self.gone.is_set():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise ClientDisconnected
+        waiter = asyncio.ensure_future(self.gone.wait())
+        try:
+            await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise ClientDisconnected
+
+
+class SSEResponse(Response):
+    """Streams `body(send_bytes)` as text/event-stream; calls `on_gone` if the client leaves.
+
+    Each event is sent as soon as it is produced: no buffering, so a pure-ASGI middleware
+    around it sees every body message.
+    """
+
+    def __init__(
+        self,
+        body: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]],
+        watcher: DisconnectWatcher,
+        on_gone: Callable[[], Awaitable[None]],
+        on_close: Callable[[], None],
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.status_code = 200
+        self.background = None
+        self._body_fn = body
+        self._watcher = watcher
+        self._on_gone = on_gone
+        self._on_close = on_close
+        # No body attribute: Starlette would add "content-length: 0" to a stream.
+        self.init_headers({**sse.HEADERS, **(headers or {})})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+
+            async def send_bytes(data: bytes) -> None:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+
+            try:
+                await self._watcher.run(self._body_fn(send_bytes))
+            except ClientDisconnected:
+                await self._on_gone()
+                return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            self._watcher.stop()
+            self._on_close()

@@ -1,0 +1,26 @@
+"""The one SSE encoder: every byte the gateway streams to a client goes through here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.errors import GatewayError
+
+DONE = b"data: [DONE]\n\n"
+HEADERS = {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache",
+    # Reverse proxies (nginx) must pass each event on at once, not buffer the stream.
+    "x-accel-buffering": "no",
+}
+
+
+def event(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def error_event(error: GatewayError) -> bytes:
+    """What the openai client raises as APIError mid-stream."""
+    return event(error.to_body())

@@ -1,0 +1,82 @@
+"""Real processes on loopback: simulator replicas and the gateway, driven by the openai client."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+
+import httpx
+import openai
+import pytest
+
+from tests.support.procs import Proc, start_gateway, start_sim
+
+MODEL = "glm-5.3-flash"
+GATEWAY_ENV = {
+    "FLASHBOX_UPSTREAM__FORWARD_CUSTOM_PARAMS": "true",
+    "FLASHBOX_HEALTH__INTERVAL_S": "0.2",
+    "FLASHBOX_LIMITS__MAX_BODY_BYTES": "200000",
+    "FLASHBOX_API_KEYS": "",
+}
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Proc]:
+    proc = start_sim()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(sim: Proc) -> Iterator[Proc]:
+    proc = start_gateway([sim.url], env=GATEWAY_ENV)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def client_for(proc: Proc, api_key: str = "unused", **kwargs: object) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=proc.url + "/v1",
+        api_key=api_key,
+        max_retries=0,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def client(gateway: Proc) -> Iterator[openai.OpenAI]:
+    with client_for(gateway) as c:
+        yield c
+
+
+def sim_body(**sim: object) -> dict[str, object]:
+    """extra_body that steers the simulator (the gateway forwards custom_params in tests)."""
+    return {"custom_params": {"sim": sim}}
+
+
+def metric_sum(proc: Proc, name: str, labels: Mapping[str, str] | None = None) -> float:
+    """Sum of a metric's samples on a process's /metrics, optionally filtered by labels."""
+    text = httpx.get(proc.url + "/metrics", timeout=5).text
+    total = 0.0
+    pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", re.MULTILINE)
+    for match in pattern.finditer(text):
+        label_text = match.group(1) or ""
+        if labels and not all(f'{k}="{v}"' in label_text for k, v in labels.items()):
+            continue
+        total += float(match.group(2))
+    return total
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Polls a condition; generous timeout, since this box is shared (no timing assertions)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()

@@ -1,0 +1,107 @@
+"""A client that leaves in any phase costs the engine an abort_request (the sim counts aborts)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+from openai.types.chat import ChatCompletionMessageParam
+
+from tests.e2e.conftest import GATEWAY_ENV, MODEL, client_for, metric_sum, sim_body, wait_for
+from tests.support.procs import Proc, start_gateway, start_sim
+
+ABORTS = "sglang:num_aborted_requests_total"
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "x"}]
+
+
+def gateway_aborts(gateway: Proc, phase: str) -> float:
+    return metric_sum(gateway, "flashbox_upstream_aborts_total", {"phase": phase})
+
+
+def test_before_first_token(sim: Proc, gateway: Proc, client: openai.OpenAI) -> None:
+    before = metric_sum(sim, ABORTS)
+    stream = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, stream=True, extra_body=sim_body(fault="stall_first")
+    )
+    first = next(iter(stream))
+    assert first.choices[0].delta.role == "assistant"
+    time.sleep(0.3)
+    assert metric_sum(sim, ABORTS) == before  # nothing is aborted while the client stays
+    stream.close()
+    assert wait_for(lambda: metric_sum(sim, ABORTS) >= before + 1)
+    assert wait_for(lambda: gateway_aborts(gateway, "before_first_token") >= 1)
+
+
+def test_while_streaming(sim: Proc, gateway: Proc, client: openai.OpenAI) -> None:
+    before = metric_sum(sim, ABORTS)
+    stream = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, stream=True, extra_body=sim_body(fault="stall:4")
+    )
+    seen = 0
+    for chunk in stream:
+        if chunk.choices and (
+            chunk.choices[0].delta.content
+            or getattr(chunk.choices[0].delta, "reasoning_content", None)
+        ):
+            seen += 1
+            break
+    assert seen
+    stream.close()
+    assert wait_for(lambda: metric_sum(sim, ABORTS) >= before + 1)
+    assert wait_for(lambda: gateway_aborts(gateway, "streaming") >= 1)
+
+
+def test_non_streaming(sim: Proc, gateway: Proc) -> None:
+    before = metric_sum(sim, ABORTS)
+    with client_for(gateway, timeout=1.0) as impatient, pytest.raises(openai.APITimeoutError):
+        impatient.chat.completions.create(
+            model=MODEL, messages=MESSAGES, extra_body=sim_body(fault="stall_first")
+        )
+    assert wait_for(lambda: metric_sum(sim, ABORTS) >= before + 1)
+    assert wait_for(lambda: gateway_aborts(gateway, "non_streaming") >= 1)
+
+
+@pytest.fixture(scope="module")
+def busy_pair() -> Iterator[tuple[Proc, Proc]]:
+    """A simulator that runs one request at a time, so a second one waits in its queue."""
+    # Slow enough (time scale 0.05) that one long answer keeps the only slot busy.
+    sim = start_sim("--max-running-requests", "1", name="one-slot", time_scale=0.05)
+    gateway = start_gateway([sim.url], env=GATEWAY_ENV)
+    try:
+        yield sim, gateway
+    finally:
+        gateway.stop()
+        sim.stop()
+
+
+def test_while_waiting_in_the_engine_queue(busy_pair: tuple[Proc, Proc]) -> None:
+    sim, gateway = busy_pair
+    before = metric_sum(sim, ABORTS)
+    with client_for(gateway) as client:
+        # Holds the only running slot: a long answer, cut short by leaving.
+        holder = client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            stream=True,
+            max_tokens=20000,
+            extra_body=sim_body(reasoning_tokens=0, content_tokens=20000),
+        )
+        holder_chunks = iter(holder)
+        next(holder_chunks)
+        next(holder_chunks)
+        body = {"model": MODEL, "messages": MESSAGES, "stream": True}
+        with (
+            httpx.Client(timeout=30) as http,
+            http.stream("POST", gateway.url + "/v1/chat/completions", json=body) as response,
+        ):
+            # Keep the iterator referenced: a dropped one closes the connection at once.
+            lines = response.iter_lines()
+            assert next(lines).startswith("data: ")  # the role chunk
+            assert wait_for(lambda: metric_sum(sim, "sglang:num_queue_reqs") >= 1)
+        # Leaving closed the connection while the request waited in the engine's queue.
+        assert wait_for(lambda: metric_sum(sim, ABORTS) >= before + 1)
+        holder.close()
+        assert wait_for(lambda: metric_sum(sim, ABORTS) >= before + 2)

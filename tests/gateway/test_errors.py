@@ -1,0 +1,141 @@
+"""Every input and engine failure answers in OpenAI's error shape with the right status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.gateway.conftest import chat_body, gateway_client
+from tests.gateway.fake_engine import FakeEngine, Script
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"model": "glm-5.3-flash"}, 400, "messages"),
+        ({"model": "glm-5.3-flash", "messages": "hi"}, 400, "messages"),
+        ({"model": "glm-5.3-flash", "messages": []}, 400, "messages"),
+        (chat_body(temperature="hot"), 400, "temperature"),
+        (chat_body(n=2), 400, "n"),
+        (chat_body(max_tokens=10**9), 400, "max_tokens"),
+        (chat_body(model="gpt-4"), 404, "model"),
+        (chat_body(messages=[{"role": "robot", "content": "x"}]), 400, "messages.0.role"),
+        (
+            chat_body(messages=[{"role": "user", "content": [{"type": "image_url"}]}]),
+            400,
+            "messages.0.content",
+        ),
+    ],
+)
+async def test_bad_input(
+    client: httpx.AsyncClient, body: dict[str, Any], status: int, param: str
+) -> None:
+    response = await client.post("/v1/chat/completions", json=body)
+    assert response.status_code == status
+    error = error_of(response)
+    assert error["param"] is not None
+    assert error["param"].startswith(param)
+    assert "x-request-id" in response.headers
+
+
+async def test_invalid_json(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/chat/completions", content=b"{not json")
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_json"
+
+
+async def test_oversized_body(engine: FakeEngine) -> None:
+    async with gateway_client(engine, limits={"max_body_bytes": 1000}) as client:
+        body = chat_body(messages=[{"role": "user", "content": "x" * 2000}])
+        response = await client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 413
+    assert error_of(response)["code"] == "payload_too_large"
+
+
+async def test_too_many_messages(engine: FakeEngine) -> None:
+    async with gateway_client(engine, limits={"max_messages": 2}) as client:
+        body = chat_body(messages=[{"role": "user", "content": "x"}] * 3)
+        response = await client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    assert error_of(response)["param"] == "messages"
+
+
+async def test_unknown_route_is_openai_shaped(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/nothing")
+    assert response.status_code == 404
+    error_of(response)
+
+
+async def test_engine_unreachable_is_503(engine: FakeEngine) -> None:
+    async with gateway_client(engine) as client:
+        engine.reachable = False
+        first = await client.post("/v1/chat/completions", json=chat_body())
+        assert first.status_code == 503
+        assert error_of(first)["code"] == "engine_unreachable"
+        # The replica is now marked down: the next request is refused without a connection.
+        second = await client.post("/v1/chat/completions", json=chat_body())
+        assert second.status_code == 503
+        assert error_of(second)["code"] == "no_healthy_replica"
+        assert (await client.get("/ready")).status_code == 503
+
+
+async def test_engine_500_is_502(client: httpx.AsyncClient, engine: FakeEngine) -> None:
+    engine.script = Script(status=500)
+    response = await client.post("/v1/chat/completions", json=chat_body(stream=True))
+    assert response.status_code == 502
+    assert "boom" in error_of(response)["message"]
+
+
+async def test_engine_400_is_400(client: httpx.AsyncClient, engine: FakeEngine) -> None:
+    engine.script = Script(status=400, error_body=b'{"error": {"message": "too long"}}')
+    response = await client.post("/v1/chat/completions", json=chat_body())
+    assert response.status_code == 400
+    assert "too long" in error_of(response)["message"]
+
+
+async def test_in_stream_error_event_then_done(
+    client: httpx.AsyncClient, engine: FakeEngine
+) -> None:
+    engine.script = Script(error_after=2)
+    response = await client.post("/v1/chat/completions", json=chat_body(stream=True))
+    assert response.status_code == 200
+    events = [e for e in response.text.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    last = orjson.loads(events[-2].removeprefix("data: "))
+    assert "engine fault" in last["error"]["message"]
+
+
+async def test_engine_abort_is_error_event(client: httpx.AsyncClient, engine: FakeEngine) -> None:
+    engine.script = Script(finish={"type": "abort", "message": "out of memory"})
+    response = await client.post("/v1/chat/completions", json=chat_body(stream=True))
+    events = [e for e in response.text.split("\n\n") if e]
+    assert "out of memory" in orjson.loads(events[-2].removeprefix("data: "))["error"]["message"]
+
+
+async def test_stream_without_done_is_error(client: httpx.AsyncClient, engine: FakeEngine) -> None:
+    engine.script = Script(finish=None, send_done=False)
+    response = await client.post("/v1/chat/completions", json=chat_body())
+    assert response.status_code == 502
+
+
+async def test_gateway_full_is_429(engine: FakeEngine) -> None:
+    async with gateway_client(engine, limits={"max_in_flight": 1}) as client:
+        app_client = client
+        # Fill the only slot by hand, then ask again.
+        transport = app_client._transport
+        assert isinstance(transport, httpx.ASGITransport)
+        transport.app.state.flashbox.in_flight = 1  # type: ignore[attr-defined]
+        response = await client.post("/v1/chat/completions", json=chat_body())
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "1"
