@@ -88,6 +88,7 @@ class SimEngine:
             max_auto_tool_calls=profile.max_auto_tool_calls,
             tool_call_list=o.tool_call_list,
             verbatim=o.output,
+            grammar_tools=params.grammar_tools,
         )
         plan = plan_output(params.text, controls, rng, profile.bytes_per_token)
         return SimRequest(

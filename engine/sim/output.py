@@ -69,6 +69,8 @@ class OutputControls:
     max_auto_tool_calls: int
     tool_call_list: tuple[tuple[str, dict[str, Any]], ...] | None = None
     verbatim: str | None = None
+    # A tool-call grammar's allowed names: then the answer is only calls, at least one.
+    grammar_tools: tuple[str, ...] | None = None
 
 
 def words(vocab: tuple[str, ...], tokens: int, bytes_per_token: int, rng: random.Random) -> str:
@@ -91,13 +93,18 @@ def words(vocab: tuple[str, ...], tokens: int, bytes_per_token: int, rng: random
 def _plan_calls(
     tools: list[Tool], controls: OutputControls, rng: random.Random
 ) -> list[tuple[str, dict[str, Any]]]:
+    # An explicit call list is a test steering the exact output (even one a grammar forbids).
     if controls.tool_call_list is not None:
         return list(controls.tool_call_list)
+    if controls.grammar_tools is not None:
+        tools = [tool for tool in tools if tool.name in controls.grammar_tools]
     if not tools:
         return []
     count = controls.tool_calls
     if count is None:
         count = rng.randint(0, controls.max_auto_tool_calls)
+    if controls.grammar_tools is not None:
+        count = max(count, 1)
     calls = []
     for _ in range(count):
         tool = rng.choice(tools)
@@ -120,7 +127,8 @@ def plan_output(
     if thinking:
         parts.append(words(REASONING_WORDS, controls.reasoning_tokens, bytes_per_token, rng))
         parts.append(THINK_CLOSE)
-    parts.append(words(CONTENT_WORDS, controls.content_tokens, bytes_per_token, rng))
+    if controls.grammar_tools is None:
+        parts.append(words(CONTENT_WORDS, controls.content_tokens, bytes_per_token, rng))
     parts.extend(
         render_call(name, args) for name, args in _plan_calls(find_tools(prompt), controls, rng)
     )

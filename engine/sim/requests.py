@@ -6,6 +6,7 @@ ones it reads are type-checked so a client bug shows up as a 400 that names the 
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,8 @@ class GenerateParams:
     sampling_seed: int | None
     no_stop_trim: bool
     sim: SimOverrides = field(default_factory=SimOverrides)
+    # Tool names a tool-call grammar (sampling_params.ebnf) allows; None without a grammar.
+    grammar_tools: tuple[str, ...] | None = None
 
 
 def _is_int(value: Any) -> bool:
@@ -218,4 +221,21 @@ def parse_generate(body: Any, header_fault: str | None = None) -> GenerateParams
         sampling_seed=None if seed is None else int(seed),
         no_stop_trim=_opt_bool(sampling, "no_stop_trim", where),
         sim=parse_overrides(body.get("custom_params"), header_fault),
+        grammar_tools=_grammar_tools(sampling.get("ebnf")),
     )
+
+
+# A grammar that forces GLM tool calls spells each allowed call as `"<tool_call>" "NAME"`.
+_GRAMMAR_CALL = re.compile(r'"<tool_call>"\s*"((?:[^"\\]|\\.)+)"')
+
+
+def _grammar_tools(ebnf: Any) -> tuple[str, ...] | None:
+    """Which tools a constrained decode may call. The simulator does not run grammars; it
+    honours the one effect the gateway relies on: with a tool-call grammar the answer is
+    nothing but calls to the tools the grammar names."""
+    if ebnf is None:
+        return None
+    if not isinstance(ebnf, str):
+        raise SimRequestError("sampling_params.ebnf must be a string", "ebnf")
+    names = tuple(dict.fromkeys(_GRAMMAR_CALL.findall(ebnf)))
+    return names or None

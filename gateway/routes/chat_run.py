@@ -124,11 +124,13 @@ class ChatRun:
         chat, renderer = self._chat, self._state.renderer
         offload = self._state.settings.render_offload
         kwargs = template_kwargs(chat.request)
+        # tool_choice "none": the model is not offered the tools at all, so it cannot call them.
+        tools = None if _tool_choice(chat) == "none" else chat.tools
         started = time.perf_counter()
         if len(chat.messages) >= offload.min_messages or chat.body_bytes >= offload.min_bytes:
-            prompt = await asyncio.to_thread(renderer.render, chat.messages, chat.tools, kwargs)
+            prompt = await asyncio.to_thread(renderer.render, chat.messages, tools, kwargs)
         else:
-            prompt = renderer.render(chat.messages, chat.tools, kwargs)
+            prompt = renderer.render(chat.messages, tools, kwargs)
         seconds = time.perf_counter() - started
         self._state.metrics.render_seconds.labels(renderer=renderer.name).observe(seconds)
         return prompt

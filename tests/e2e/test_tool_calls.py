@@ -203,9 +203,6 @@ def test_tool_choice_none_parses_nothing_as_a_call(
             assert choice.message.content == "Calling it: " + markup
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the gateway still renders the tools under tool_choice 'none'"
-)
 def test_tool_choice_none_does_not_offer_the_tools(client: openai.OpenAI) -> None:
     # The simulator calls tools only when the prompt lists them.
     choice = _complete(
@@ -233,11 +230,6 @@ def test_tool_choice_required_makes_calls(client: openai.OpenAI) -> None:
     assert len(answer["calls"]) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the gateway to send get_constraint_builder()'s grammar and the simulator to "
-    "honour sampling_params.ebnf (a real engine does)",
-)
 def test_tool_choice_required_forces_a_call_the_model_did_not_plan(
     client: openai.OpenAI,
 ) -> None:
