@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.render.base import Renderer
@@ -18,7 +17,6 @@ __all__ = [
     "Renderer",
     "TemplateSource",
     "build_renderer",
-    "needs_offload",
     "resolve_template",
 ]
 
@@ -53,17 +51,3 @@ def build_renderer(settings: RenderSettings, source: TemplateSource | None = Non
         )
     log.info("chat template renderer: %s (prepass=%s)", renderer.name, settings.prepass)
     return renderer
-
-
-def needs_offload(
-    messages: Sequence[Mapping[str, Any]],
-    tools: Sequence[Mapping[str, Any]] | None,
-    settings: RenderSettings,
-) -> bool:
-    """Whether this request is big enough to render in a worker thread (asyncio.to_thread)."""
-    items = len(messages) + (len(tools) if tools else 0)
-    for message in messages:
-        calls = message.get("tool_calls") if isinstance(message, Mapping) else None
-        if isinstance(calls, list):
-            items += len(calls)
-    return items >= settings.offload_min_items

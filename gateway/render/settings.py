@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 
 class RenderSettings(BaseModel):
@@ -26,6 +26,3 @@ class RenderSettings(BaseModel):
     # Validate and order tool results once in Python when the template declares it accepts
     # that (the bundled template does); output is identical either way, only faster.
     prepass: bool = True
-    # Requests with at least this many messages + tool calls render in a worker thread, so a
-    # large agentic turn never blocks the event loop; smaller ones render inline (cheaper).
-    offload_min_items: int = Field(default=64, ge=0)

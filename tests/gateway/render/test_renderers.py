@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from bench.template_render import conversation as parallel_calls
 from gateway.errors import TemplateInputError
-from gateway.render import RenderSettings, build_renderer, needs_offload
+from gateway.render import RenderSettings, build_renderer
 from gateway.render.renderers import (
     AutoRenderer,
     Jinja2Renderer,
@@ -128,14 +127,6 @@ def test_render_is_thread_safe(engine: str) -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         parallel = list(pool.map(one, range(len(cases))))
     assert parallel == serial
-
-
-def test_needs_offload_counts_messages_tools_and_calls() -> None:
-    settings = RenderSettings(offload_min_items=50)
-    small: list[dict[str, Any]] = [{"role": "user", "content": "x"}]
-    assert not needs_offload(small, None, settings)
-    messages, tools = parallel_calls(30)
-    assert needs_offload(messages, tools, settings)  # 32 messages + 30 calls + 1 tool
 
 
 def test_transformers_environment_extras() -> None:
