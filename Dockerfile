@@ -32,9 +32,9 @@ WORKDIR /app
 COPY pyproject.toml ./
 # The pinned runtime dependencies straight from pyproject.toml (no extras: no test or bench
 # tools in the image); the sources are not installed, they run from /app.
-RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; open('/tmp/requirements.txt', 'w').write('\n'.join(deps) + '\n')" \
- && pip install --no-cache-dir -r /tmp/requirements.txt \
- && rm /tmp/requirements.txt \
+RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; open('requirements.txt', 'w').write('\n'.join(deps) + '\n')" \
+ && pip install --no-cache-dir -r requirements.txt \
+ && rm requirements.txt \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin flashbox
 
 # ---------------------------------------------------------------- gateway
