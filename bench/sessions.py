@@ -68,6 +68,9 @@ class SessionsConfig:
     time_scale: float
     send_session_header: bool
     timeout_s: float
+    # Mean pause between a reply and the next turn (tools running, a person reading), in
+    # hardware seconds; sessions also start spread over one mean pause. 0 = back to back.
+    think_s: float = 0.0
 
 
 @dataclass
@@ -128,7 +131,11 @@ async def run_session(
         headers.update(extra_headers(index))
     results: list[TurnResult] = []
     previous_prompt = 0
+    if cfg.think_s > 0:
+        await asyncio.sleep(rng.uniform(0, cfg.think_s) * cfg.time_scale)
     for turn in range(1, cfg.turns + 1):
+        if turn > 1 and cfg.think_s > 0:
+            await asyncio.sleep(rng.expovariate(1 / cfg.think_s) * cfg.time_scale)
         body = {
             "model": cfg.model,
             "messages": messages,
@@ -226,6 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chars-per-token", type=float, default=4.0)
     p.add_argument("--track-interval", type=int, default=256)
     p.add_argument("--time-scale", type=float, default=1.0)
+    p.add_argument(
+        "--think",
+        type=float,
+        default=0.0,
+        help="mean hardware seconds between a reply and the next turn",
+    )
     p.add_argument("--no-session-header", action="store_true")
     p.add_argument("--timeout", type=float, default=3600.0)
     p.add_argument("--out", type=Path, default=None)

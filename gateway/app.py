@@ -5,19 +5,24 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import orjson
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import state as app_state
+from gateway.admission import AdmissionController, AdmissionMiddleware
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.middleware import RequestContextMiddleware
-from gateway.routes import chat, health, metrics, models
+from gateway.protocol import ChatCompletionRequest
+from gateway.routes import admin, chat, health, metrics, models
 from gateway.settings import Settings, load_settings
 
 log = logging.getLogger("gateway.app")
@@ -56,6 +61,69 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error_response(error)
 
 
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema, plus what the raw-body chat route really accepts and answers.
+
+    The route reads its body itself (bounded, counted before validation), so FastAPI cannot
+    see the model; the schema is added here so clients and schemathesis see the real contract.
+    """
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version="1", routes=app.routes)
+    request = ChatCompletionRequest.model_json_schema(
+        ref_template="#/components/schemas/{model}", by_alias=True
+    )
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components.update(request.pop("$defs", {}))
+    components["ChatCompletionRequest"] = request
+    components["Error"] = _ERROR_SCHEMA
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    operation = schema["paths"]["/v1/chat/completions"]["post"]
+    operation["requestBody"] = {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/ChatCompletionRequest"}}
+        },
+    }
+    operation["responses"] = {
+        "200": {
+            "description": "A chat completion, or with stream=true an SSE stream of chunks.",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        **{code: {"description": text, "content": error} for code, text in _ERROR_CODES.items()},
+    }
+    app.openapi_schema = schema
+    return schema
+
+
+_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+_ERROR_CODES = {
+    "400": "Invalid request: the message says what to fix.",
+    "401": "Missing or wrong API key.",
+    "404": "Unknown model.",
+    "413": "Body over limits.max_body_bytes.",
+    "429": "Admission queue full (Retry-After).",
+    "502": "The engine failed.",
+    "503": "No engine replica, or the admission queue deadline passed (Retry-After).",
+    "504": "The engine missed a deadline.",
+}
+
+
 def create_app(
     settings: Settings | None = None, *, transport: httpx.AsyncBaseTransport | None = None
 ) -> FastAPI:
@@ -65,6 +133,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = app_state.build_state(settings, transport=transport)
+        # First-token and idle deadlines of each /generate (settings.timeouts).
+        state.engine.deadlines = settings.timeouts
         app.state.flashbox = state
         await app_state.start(state)
         try:
@@ -77,14 +147,32 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        openapi_url="/openapi.json",
     )
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
-    for module in (chat, models, health, metrics):
+    for module in (chat, models, health, metrics, admin):
         app.include_router(module.router)
+    # The last added runs first: CORS, then request context (arrival time, request id,
+    # header bounds), then admission (whose queue wait counts from that arrival).
+    admission = AdmissionController(settings.admission, settings.shutdown)
+    app.state.admission = admission
+    app.add_middleware(AdmissionMiddleware, controller=admission)
+    security = settings.security
     app.add_middleware(
-        RequestContextMiddleware, max_request_id_chars=settings.limits.max_request_id_chars
+        RequestContextMiddleware,
+        max_request_id_chars=settings.limits.max_request_id_chars,
+        max_header_bytes=security.max_header_bytes,
+        max_headers=security.max_headers,
     )
+    if security.cors_allow_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=security.cors_allow_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "x-request-id", "x-session-id"],
+            expose_headers=["x-request-id", "x-flashbox-replica", "retry-after"],
+        )
     return app

@@ -7,6 +7,7 @@ reason; an error arrives in-stream as `data: {"error": ...}`; the stream ends wi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -14,8 +15,8 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
-from gateway.engine_wire import WireError, WireReadTimeout
-from gateway.errors import UpstreamStreamError
+from gateway.engine_wire import WireError, WireReadTimeout, WireResponse
+from gateway.errors import UpstreamStreamError, UpstreamTimeoutError
 
 
 @dataclass(slots=True)
@@ -76,17 +77,71 @@ class EngineStream:
     """
 
     def __init__(
-        self, response: ResponseBody, max_event_bytes: int, *, incremental: bool = False
+        self,
+        response: ResponseBody,
+        max_event_bytes: int,
+        *,
+        incremental: bool = False,
+        first_deadline: float | None = None,
+        idle_s: float | None = None,
     ) -> None:
         self._response = response
         self._max_event_bytes = max_event_bytes
         self._incremental = incremental
+        # Event-loop time by which the first output must arrive, and the longest gap after it.
+        self._first_deadline = first_deadline
+        self._idle_s = idle_s
+        self._deadline: float | None = None
+        # The wire client times its reads itself: it takes the deadline into its one timer.
+        self._timed_here = not isinstance(response, WireResponse)
+        if isinstance(response, WireResponse):
+            response.deadline = self._next_deadline
 
     async def events(self) -> AsyncIterator[EngineEvent]:
+        try:
+            async for event in self._events():
+                yield event
+        except TimeoutError as exc:
+            if self._got_output:
+                raise UpstreamTimeoutError(
+                    f"The engine sent nothing for {self._idle_s:g}s mid-answer "
+                    "(timeouts.stream_idle_s).",
+                    code="stream_idle_timeout",
+                ) from exc
+            raise UpstreamTimeoutError(
+                "The engine produced no output before the first-token deadline "
+                "(timeouts.first_token_s).",
+                code="first_token_timeout",
+            ) from exc
+
+    _got_output = False
+
+    def _next_deadline(self) -> float | None:
+        """Event-loop time by which the next network read must complete."""
+        if not self._got_output:
+            self._deadline = self._first_deadline
+        elif self._idle_s is not None:
+            self._deadline = asyncio.get_running_loop().time() + self._idle_s
+        return self._deadline
+
+    async def _read(self, chunks: AsyncIterator[bytes]) -> bytes | None:
+        # Only the network read is timed, never the consumer's work between events (a slow
+        # client reading its stream is not the engine's silence).
+        if not self._timed_here:
+            return await anext(chunks, None)
+        async with asyncio.timeout_at(self._next_deadline()):
+            return await anext(chunks, None)
+
+    def _deadline_passed(self) -> bool:
+        # uvloop's timers run on a millisecond grid and may fire a little early.
+        deadline = self._deadline
+        return deadline is not None and asyncio.get_running_loop().time() >= deadline - 0.05
+
+    async def _events(self) -> AsyncIterator[EngineEvent]:
         buf = bytearray()
         chunks = aiter(self._response)
         try:
-            async for chunk in chunks:
+            while (chunk := await self._read(chunks)) is not None:
                 buf += chunk
                 start = 0
                 newest: bytes | None = None
@@ -112,6 +167,8 @@ class EngineStream:
                 if newest is not None:
                     merged = self._decode(newest)
                 if merged is not None:
+                    if merged.text or merged.completion_tokens:
+                        self._got_output = True
                     yield merged
                 if done:
                     await self._drain(chunks)
@@ -119,6 +176,8 @@ class EngineStream:
                 if len(buf) > self._max_event_bytes:
                     raise UpstreamStreamError("The engine sent an event larger than allowed.")
         except (httpx.TimeoutException, WireReadTimeout) as exc:
+            if self._deadline_passed():
+                raise TimeoutError from exc  # ours: first-token or idle deadline, see events()
             raise UpstreamStreamError("The engine stopped sending (read timeout).") from exc
         except (httpx.HTTPError, WireError) as exc:
             raise UpstreamStreamError(f"The engine stream broke: {exc}") from exc

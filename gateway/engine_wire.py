@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -171,13 +171,23 @@ class WireResponse:
         self._pool = pool
         self._conn: _Connection | None = conn
         self.status_code = status_code
+        # Set by the reader: the event-loop time by which the next piece must arrive (its
+        # first-token / idle deadlines), folded into the read's own timer: no second timer.
+        self.deadline: Callable[[], float | None] | None = None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
         if conn is None:
             return
         timeout = self._pool.read_timeout
-        while (data := await conn.read(timeout)) is not None:
+        loop = conn._loop
+        while True:
+            seconds = timeout
+            if self.deadline is not None and (deadline := self.deadline()) is not None:
+                seconds = min(timeout, deadline - loop.time())
+            data = await conn.read(seconds)
+            if data is None:
+                return
             yield data
 
     async def aclose(self) -> None:

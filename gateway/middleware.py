@@ -1,4 +1,4 @@
-"""The one middleware: request id, replica header, and a last-resort 500 in OpenAI's shape.
+"""Request context: request id, replica header, header bounds, a last-resort OpenAI 500.
 
 Pure ASGI (no BaseHTTPMiddleware): it only edits the response-start message, so a streamed
 body passes through untouched, event by event.
@@ -28,11 +28,35 @@ _INTERNAL_ERROR = orjson.dumps(
     }
 )
 
+_HEADERS_TOO_LARGE = orjson.dumps(
+    {
+        "error": {
+            "message": "The request headers are too many or too large; send fewer or shorter "
+            "headers (security.max_headers, security.max_header_bytes).",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "headers_too_large",
+        }
+    }
+)
+
 
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, *, max_request_id_chars: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_request_id_chars: int, max_header_bytes: int, max_headers: int
+    ) -> None:
         self.app = app
         self.max_id = max_request_id_chars
+        self.max_header_bytes = max_header_bytes
+        self.max_headers = max_headers
+
+    def _headers_too_large(self, scope: Scope) -> bool:
+        # httptools has no header bound of its own: the request is refused here, before any
+        # route or admission work (h11 also stops at uvicorn's h11_max_incomplete_event_size).
+        headers = scope["headers"]
+        if len(headers) > self.max_headers:
+            return True
+        return sum(len(k) + len(v) for k, v in headers) > self.max_header_bytes
 
     def _request_id(self, scope: Scope) -> str:
         for name, value in scope["headers"]:
@@ -52,6 +76,19 @@ class RequestContextMiddleware:
         state = scope.setdefault("state", {})
         state.update(request_id=request_id, arrival=arrival, replica="none")
         started = False
+        if self._headers_too_large(scope):
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 431,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"x-request-id", request_id.encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": _HEADERS_TOO_LARGE})
+            return
 
         async def send_with_headers(message: Message) -> None:
             nonlocal started

@@ -100,6 +100,48 @@ class HealthSettings(_Section):
     healthy_after: int = Field(default=1, gt=0)
 
 
+class RoutingSettings(_Section):
+    """Replica choice: session affinity that keeps each session on the replica holding its
+    recurrent-state checkpoint (docs/affinity.md has the placement rules and the cost model)."""
+
+    # flashbox: pins + rendezvous + checkpoint capacity + spill; the others are baselines.
+    policy: Literal["flashbox", "consistent_hash", "round_robin"] = "flashbox"
+    # Body fields that name a session when there is no x-session-id header, tried in order:
+    # "user" or "metadata.<key>". Without one, the key is derived from the conversation's root.
+    session_fields: list[str] = Field(default_factory=lambda: ["metadata.session_id"])
+    pin_table_size: int = Field(default=100_000, gt=0)
+    pin_idle_ttl_s: float = Field(default=3600.0, gt=0)
+    # Used until (or unless) a replica's /server_info reports its own figures.
+    checkpoint_slots: int = Field(default=192, gt=0)
+    track_interval: int = Field(default=256, gt=0)
+    max_running_requests: int = Field(default=16, gt=0)
+    # Pool entries a session keeps between turns. SGLang's hybrid radix cache frees internal
+    # nodes' states (the checkpoint a turn restored from) before leaves', so 1; raise it for an
+    # engine that keeps superseded checkpoints as long as the latest ones.
+    checkpoints_per_session: float = Field(default=1.0, ge=1.0)
+    server_info_path: str = "/server_info"
+    # A failing /health from a replica with requests open here is a long prefill, not an
+    # outage, for this long (SGLang's /health answers 503 during long CPU prefills).
+    busy_probe_grace_s: float = Field(default=600.0, ge=0)
+    # Spill cost model (FACTS.md section 2): a hit's TTFT, the cold prefill rate at 60k, and the
+    # time one request holds a running slot (prefill + decode), all in engine seconds.
+    spill: bool = True
+    hit_ttft_s: float = Field(default=10.0, gt=0)
+    prefill_tokens_per_s: float = Field(default=1273.0, gt=0)
+    service_s: float = Field(default=20.0, gt=0)
+    chars_per_token: float = Field(default=4.0, gt=0)
+    # Circuit breaker: this many failed requests in a row open it for breaker_open_s.
+    breaker_failures: int = Field(default=5, gt=0)
+    breaker_open_s: float = Field(default=10.0, gt=0)
+    # Retries before the first byte reached the client: total attempts, exponential backoff
+    # with full jitter between them.
+    max_attempts: int = Field(default=3, gt=0)
+    backoff_s: float = Field(default=0.05, ge=0)
+    backoff_max_s: float = Field(default=1.0, ge=0)
+    # Keys for /admin/*; empty disables the admin API.
+    admin_api_keys: list[str] = Field(default_factory=list)
+
+
 class AuthSettings(_Section):
     # Whether /health, /ready and /metrics need a key too (Prometheus scrapes without one).
     protect_health: bool = False
@@ -116,6 +158,44 @@ class RenderOffloadSettings(_Section):
 class ObservabilitySettings(_Section):
     log_level: str = "info"
     access_log: bool = False
+
+
+class AdmissionSettings(_Section):
+    """Chat requests served at once, and a bounded FIFO queue in front (gateway/admission.py)."""
+
+    max_in_flight: int = Field(default=1024, gt=0)
+    # Waiting requests beyond max_in_flight; one more is refused at once with 429.
+    max_queue: int = Field(default=1024, ge=0)
+    # A queued request still waiting after this long is refused with 503.
+    queue_timeout_s: float = Field(default=30.0, gt=0)
+    retry_after_s: int = Field(default=1, ge=0)
+
+
+class TimeoutSettings(_Section):
+    """Deadlines on one engine request; a CPU prefill of a long prompt takes many minutes."""
+
+    # From sending /generate to the first event carrying output (queue + prefill on the engine).
+    first_token_s: float = Field(default=1800.0, gt=0)
+    # Longest silence between two events once output flows (another request's long prefill
+    # stalls every running decode, so this is long too).
+    stream_idle_s: float = Field(default=1800.0, gt=0)
+
+
+class SecuritySettings(_Section):
+    # Origins allowed by CORS; empty: no CORS headers at all (browsers refuse cross-origin use).
+    cors_allow_origins: list[str] = Field(default_factory=list)
+    # uvicorn's bound on one request's header block (h11) / on incomplete reads (httptools).
+    max_header_bytes: int = Field(default=64 * 1024, gt=0)
+    max_headers: int = Field(default=100, gt=0)
+    # Request and response bodies in logs (prompts!) only when true AND the level is debug.
+    log_bodies: bool = False
+
+
+class ShutdownSettings(_Section):
+    # After SIGTERM: in-flight requests get this long to finish; the rest are aborted.
+    grace_s: float = Field(default=30.0, ge=0)
+    # Extra time for aborted streams to end before uvicorn cancels what is left.
+    abort_grace_s: float = Field(default=5.0, gt=0)
 
 
 class Settings(BaseSettings):
@@ -136,9 +216,14 @@ class Settings(BaseSettings):
     limits: LimitSettings = Field(default_factory=LimitSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     render_offload: RenderOffloadSettings = Field(default_factory=RenderOffloadSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
+    shutdown: ShutdownSettings = Field(default_factory=ShutdownSettings)
     # Passed as-is to gateway.render's own settings model (RenderSettings), which validates it.
     render: dict[str, Any] = Field(default_factory=dict)
 

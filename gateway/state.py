@@ -17,7 +17,8 @@ from gateway.observability.timeline import RequestRecord
 from gateway.parsers.base import ParserFactory
 from gateway.parsers.constraints import DecodingConstraintBuilder
 from gateway.render.base import Renderer
-from gateway.routing import FirstHealthyPicker, Replica, ReplicaPicker
+from gateway.routing import Replica, ReplicaPicker
+from gateway.routing.build import build_routing
 from gateway.routing.health import HealthProber
 from gateway.settings import Settings
 from gateway.stream.relay import error_kind
@@ -77,20 +78,14 @@ def build_state(
     settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
 ) -> AppState:
     metrics = Metrics()
-    replicas = [Replica.from_url(url) for url in settings.engines]
-    metrics.register_replicas(replica.name for replica in replicas)
     engine = EngineClient(settings.upstream, transport=transport)
-
-    def replica_changed(replica: Replica) -> None:
-        metrics.replica_up.labels(replica=replica.name).set(1 if replica.healthy else 0)
-
-    prober = HealthProber(replicas, engine.control, settings.health, replica_changed)
+    picker, prober = build_routing(settings, metrics, engine.control)
     return AppState(
         settings=settings,
         metrics=metrics,
         auth=ApiKeyChecker(settings.api_keys),
         engine=engine,
-        picker=FirstHealthyPicker(replicas),
+        picker=picker,
         prober=prober,
         renderer=load_renderer(settings.render),
         parser_factory=load_parser_factory(settings.model.family),

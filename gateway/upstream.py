@@ -7,6 +7,7 @@ httpx.MockTransport in the gateway's tests) replaces the network for every call.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -30,7 +31,7 @@ from gateway.errors import (
     UpstreamTimeoutError,
 )
 from gateway.routing.replica import Replica
-from gateway.settings import UpstreamSettings
+from gateway.settings import TimeoutSettings, UpstreamSettings
 
 log = logging.getLogger("gateway.upstream")
 
@@ -45,8 +46,11 @@ class EngineClient:
         settings: UpstreamSettings,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        deadlines: TimeoutSettings | None = None,
     ) -> None:
         self._settings = settings
+        # First-token and idle deadlines of every /generate (settings.timeouts).
+        self.deadlines = deadlines or TimeoutSettings()
         self._owned_transport = False
         self._max_event_bytes = settings.max_event_bytes
         self._timeouts = {
@@ -91,8 +95,17 @@ class EngineClient:
         if url is None:
             url = self._urls[replica.base_url] = replica.base_url + "/generate"
         body = orjson.dumps(payload)
+        loop = asyncio.get_running_loop()
+        first_deadline = loop.time() + self.deadlines.first_token_s
         try:
-            response = await self._post(url, body)
+            async with asyncio.timeout_at(first_deadline):
+                response = await self._post(url, body)
+        except TimeoutError as exc:
+            raise UpstreamTimeoutError(
+                f"The engine did not start answering within {self.deadlines.first_token_s:g}s "
+                "(timeouts.first_token_s).",
+                code="first_token_timeout",
+            ) from exc
         except (httpx.ConnectError, httpx.ConnectTimeout, WireConnectError) as exc:
             raise EngineUnreachableError(
                 f"The engine replica {replica.name} is unreachable; retry shortly."
@@ -106,7 +119,11 @@ class EngineClient:
         if response.status_code != 200:
             raise await self._status_error(response)
         return EngineStream(
-            response, self._max_event_bytes, incremental=self._settings.incremental_output
+            response,
+            self._max_event_bytes,
+            incremental=self._settings.incremental_output,
+            first_deadline=first_deadline,
+            idle_s=self.deadlines.stream_idle_s,
         )
 
     async def _post(self, url: str, body: bytes) -> ResponseBody:

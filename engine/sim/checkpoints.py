@@ -2,10 +2,13 @@
 
 A checkpoint is the recurrent state after the first k tokens of a sequence, k a multiple of
 the track interval. When a prefill ends, the prompt's last interval boundary is saved; when a
-request finishes, its whole sequence's (prompt + output) last boundary is saved and the prompt's
-is demoted to be evicted first, so N slots hold the latest turn of N sessions. Each takes one
-slot; the least recently used checkpoint is evicted when the slots are full. A prompt that
-extends a checkpointed prefix restores the longest such checkpoint and prefills only the rest.
+request finishes, its whole sequence's (prompt + output) last boundary is saved, and both the
+prompt's checkpoint and the one the request restored from are demoted to be evicted first: they
+are now internal nodes of the session's path, whose states SGLang's hybrid radix cache frees
+before any leaf's (ENGINE.md A, `evict_mamba`). So N slots hold the latest turn of N sessions.
+Each takes one slot; the least recently used checkpoint is evicted when the slots are full.
+A prompt that extends a checkpointed prefix restores the longest such checkpoint and prefills
+only the rest.
 """
 
 from __future__ import annotations
@@ -36,8 +39,12 @@ class CheckpointPool:
 
         At least one prompt token is always left to compute, as in the engine.
         """
+        return self.match(prompt)[0]
+
+    def match(self, prompt: TokenSeq) -> tuple[int, bytes | None]:
+        """`lookup`, plus the key of the checkpoint restored from (None on a miss)."""
         if not self._entries:
-            return 0
+            return 0, None
         limit = min(prompt.full_tokens, prompt.count - 1)
         best_key: bytes | None = None
         best = 0
@@ -46,7 +53,7 @@ class CheckpointPool:
                 best, best_key = k, key
         if best_key is not None:
             self._entries.move_to_end(best_key)
-        return best
+        return best, best_key
 
     def save(self, seq: TokenSeq) -> bytes | None:
         """Checkpoint seq at its last interval boundary; returns its key (None: too short)."""

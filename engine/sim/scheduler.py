@@ -146,10 +146,12 @@ class Scheduler:
         if reason["type"] != "abort":
             self.metrics.requests.inc()
             self.metrics.e2e.observe(req.wall_finish - req.wall_arrival)
-            # The whole sequence supersedes the prompt's checkpoint: demote that one first, so
-            # the new checkpoint takes its slot rather than another session's.
-            if req.prompt_checkpoint is not None:
-                self.pool.demote(req.prompt_checkpoint)
+            # The whole sequence supersedes the prompt's checkpoint and the one this turn
+            # restored from: demote those first, so the new checkpoint takes their slots rather
+            # than another session's.
+            for superseded in (req.restored_checkpoint, req.prompt_checkpoint):
+                if superseded is not None:
+                    self.pool.demote(superseded)
             if req.params.input_ids is not None:
                 self.pool.save(req.prompt.extend_ids(req.ids))
             else:
@@ -179,13 +181,14 @@ class Scheduler:
             if req.done:
                 self._queue.popleft()
                 continue
-            cached = self.pool.lookup(req.prompt)
+            cached, restored = self.pool.match(req.prompt)
             uncached = req.prompt_tokens - cached
             if batch and new_tokens + uncached > self.prefill_batch_tokens:
                 break
             self._queue.popleft()
             self._queued -= 1
             req.cached_tokens = cached
+            req.restored_checkpoint = restored
             req.phase = Phase.PREFILL
             batch.append(req)
             new_tokens += uncached

@@ -66,6 +66,7 @@ class SimRequest:
     phase: Phase = Phase.QUEUED
     cached_tokens: int = 0
     prompt_checkpoint: bytes | None = None
+    restored_checkpoint: bytes | None = None
     ids: list[int] = field(default_factory=list)
     # Per emitted token: how much of `text` a client may see after it (stop-string holdback).
     visible: list[int] = field(default_factory=list)

@@ -137,6 +137,9 @@ class Metrics:
             "flashbox_admission_rejected", "Requests refused before any work, by reason.",
             ["reason"], registry=reg,
         )  # fmt: skip
+        self.admission_queued = Gauge(
+            "flashbox_admission_queued", "Chat requests waiting for a slot now.", registry=reg
+        )
         for phase in ABORT_PHASES:
             self.upstream_aborts.labels(phase=phase)
 

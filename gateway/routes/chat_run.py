@@ -9,6 +9,7 @@ costs the engine an abort_request.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from functools import partial
 from typing import Any
@@ -17,9 +18,11 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive
 
-from gateway.errors import ClientDisconnected, EngineUnreachableError, GatewayError
+from gateway.engine_stream import EngineStream
+from gateway.errors import ClientDisconnected, GatewayError
 from gateway.observability.timeline import RequestRecord
 from gateway.routes.chat_input import ChatInput
+from gateway.routes.chat_route import backoff_s, classify_failure, request_session_key
 from gateway.routing import Outcome, Replica, RequestContext
 from gateway.sampling import add_constraint, generate_body, template_kwargs
 from gateway.state import AppState
@@ -36,14 +39,15 @@ class ChatRun:
         record: RequestRecord,
         request_id: str,
         scope_state: dict[str, Any],
-        session_key: str | None,
+        session_header: str | None,
     ) -> None:
         self._state = state
         self._chat = chat
         self._record = record
         self._scope_state = scope_state
         self._request_id = request_id
-        self._session_key = session_key
+        # Hashed here, before anything could log it (gateway.routing.session_key).
+        self._session_key = request_session_key(chat, session_header, state.settings.routing)
         self._ctx: RequestContext | None = None
         self._replica: Replica | None = None
         self._relay: ChatRelay | None = None
@@ -82,11 +86,6 @@ class ChatRun:
         prompt = await self._render()
         record.mark("render")
         ctx = self._ctx = RequestContext(self._request_id, self._session_key, prompt)
-        pick = state.picker.pick(ctx)
-        replica = pick.replica
-        state.metrics.affinity.labels(outcome=pick.affinity).inc()
-        self._take(replica)
-        record.mark("route")
         tag = state.settings.model.reasoning_open_tag
         in_reasoning = bool(tag) and prompt.endswith(tag)
         body = generate_body(chat.request, prompt, self._request_id, state.settings)
@@ -100,14 +99,7 @@ class ChatRun:
         parser = state.parser_factory(
             tools=chat.tools, tool_choice=_tool_choice(chat), starts_in_reasoning=in_reasoning
         )
-        self._upstream_sent = True
-        try:
-            engine = await state.engine.open_generate(replica, body)
-        except EngineUnreachableError:
-            self._outcome = Outcome.CONNECT_FAILED
-            state.picker.report(ctx, replica, Outcome.CONNECT_FAILED)
-            state.metrics.replica_up.labels(replica=replica.name).set(int(replica.healthy))
-            raise
+        engine = await self._open(ctx, body)
         record.mark("upstream_first_byte")
         self._relay = ChatRelay(
             engine=engine,
@@ -119,6 +111,32 @@ class ChatRun:
             model=chat.model,
         )
         return self._relay
+
+    async def _open(self, ctx: RequestContext, body: dict[str, Any]) -> EngineStream:
+        """Route and send /generate. Nothing has reached the client yet, so a connect error or
+        an engine 5xx is retried on another replica, a bounded number of times."""
+        state, settings = self._state, self._state.settings.routing
+        failed: list[str] = []
+        rng = random.Random()
+        for attempt in range(1, settings.max_attempts + 1):
+            replica = state.picker.pick(ctx, exclude=failed).replica
+            self._take(replica)
+            self._record.mark("route")
+            self._upstream_sent = True
+            try:
+                return await state.engine.open_generate(replica, body)
+            except GatewayError as exc:
+                outcome, retryable = classify_failure(exc)
+                self._untake(replica)
+                state.picker.report(ctx, replica, outcome)
+                state.metrics.replica_up.labels(replica=replica.name).set(int(replica.healthy))
+                failed.append(replica.name)
+                others = any(r.healthy and r.name not in failed for r in state.picker.replicas)
+                if not retryable or not others or attempt == settings.max_attempts:
+                    raise
+                state.metrics.retries.inc()
+                await asyncio.sleep(backoff_s(attempt, settings, rng))
+        raise AssertionError("unreachable: the last attempt re-raises")
 
     async def _render(self) -> str:
         chat, renderer = self._chat, self._state.renderer
@@ -140,6 +158,12 @@ class ChatRun:
         self._scope_state["replica"] = replica.name
         replica.in_flight += 1
         self._state.metrics.replica_in_flight.labels(replica=replica.name).inc()
+
+    def _untake(self, replica: Replica) -> None:
+        self._replica = None
+        self._upstream_sent = False
+        replica.in_flight -= 1
+        self._state.metrics.replica_in_flight.labels(replica=replica.name).dec()
 
     async def _client_gone(self) -> None:
         self._outcome = Outcome.CLIENT_GONE

@@ -1,10 +1,21 @@
-"""Background health probing of every replica (GET /health on each engine)."""
+"""Background health probing of every replica (GET /health on each engine).
+
+SGLang's /health answers 503 while a long CPU prefill keeps its detokenizer silent for 20 s, and
+a 60k-token prefill takes minutes. So a 503 or a timed-out probe from a replica this gateway has
+requests open on counts as "busy", not as a failure, for up to `busy_grace_s`; a refused
+connection always counts, and a replica that fails requests is caught by its circuit breaker.
+
+A replica that comes up (again) is asked for its /server_info once: its checkpoint slots, track
+interval and running-request bound size its session budget (gateway.routing.capacity).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import httpx
 
@@ -21,8 +32,15 @@ class HealthProber:
         client: httpx.AsyncClient,
         settings: HealthSettings,
         on_change: Callable[[Replica], None],
+        server_info_path: str | None = None,
+        busy_grace_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._replicas = list(replicas)
+        # Kept by reference: replicas added later (discovery) are probed too.
+        self._replicas = replicas
+        self._server_info_path = server_info_path
+        self._busy_grace_s = busy_grace_s
+        self._clock = clock
         self._client = client
         self._settings = settings
         self._on_change = on_change
@@ -32,17 +50,48 @@ class HealthProber:
         await asyncio.gather(*(self._probe(replica) for replica in self._replicas))
 
     async def _probe(self, replica: Replica) -> None:
-        refused = False
+        refused = busy = False
         try:
             response = await self._client.get(
                 replica.base_url + self._settings.path, timeout=self._settings.timeout_s
             )
             ok = response.status_code == 200
+            busy = response.status_code == 503
         except httpx.ConnectError:
             ok, refused = False, True
+        except httpx.TimeoutException:
+            ok, busy = False, True
         except httpx.HTTPError:
             ok = False
+        if busy and replica.in_flight > 0:
+            if self._within_grace(replica):
+                return
+        else:
+            replica.busy_since = None
         self.record(replica, ok, refused=refused)
+        if ok and not replica.info_loaded and self._server_info_path is not None:
+            await self._load_info(replica, self._server_info_path)
+
+    def _within_grace(self, replica: Replica) -> bool:
+        now = self._clock()
+        if replica.busy_since is None:
+            replica.busy_since = now
+        return now - replica.busy_since < self._busy_grace_s
+
+    async def _load_info(self, replica: Replica, path: str) -> None:
+        try:
+            response = await self._client.get(
+                replica.base_url + path, timeout=self._settings.timeout_s
+            )
+            info: Any = response.json() if response.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            return
+        replica.info_loaded = True
+        if not isinstance(info, dict):
+            return
+        replica.checkpoint_slots = _positive(info.get("max_mamba_cache_size"))
+        replica.track_interval = _positive(info.get("mamba_track_interval"))
+        replica.max_running_requests = _positive(info.get("max_running_requests"))
 
     def record(self, replica: Replica, ok: bool, *, refused: bool = False) -> None:
         was = replica.healthy
@@ -56,6 +105,8 @@ class HealthProber:
             replica.failures += 1
             if refused or replica.failures >= self._settings.unhealthy_after:
                 replica.healthy = False
+                # It may come back with another configuration.
+                replica.info_loaded = False
         if replica.healthy != was:
             log.info("replica %s is now %s", replica.name, "up" if replica.healthy else "down")
         self._on_change(replica)
@@ -73,3 +124,7 @@ class HealthProber:
         while True:
             await asyncio.sleep(self._settings.interval_s)
             await self.probe_all()
+
+
+def _positive(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -2,12 +2,12 @@
 
 `pick` chooses a replica for a request; `report` tells the picker how the request went, so a
 smarter picker (checkpoint-aware session affinity) can learn from outcomes. The simple picker
-here takes the first healthy replica.
+here takes the first healthy replica; gateway.routing.affinity has the real one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from enum import StrEnum
 from typing import Protocol
 
@@ -22,6 +22,8 @@ class Outcome(StrEnum):
     CONNECT_FAILED = "connect_failed"
     UPSTREAM_ERROR = "upstream_error"
     CLIENT_GONE = "client_gone"
+    # The engine refused the request itself (4xx): not the replica's fault.
+    REJECTED = "rejected"
 
 
 class Pick(Protocol):
@@ -38,7 +40,13 @@ class ReplicaPicker(Protocol):
     @property
     def replicas(self) -> Sequence[Replica]: ...
 
-    def pick(self, ctx: RequestContext) -> Pick: ...
+    def pick(self, ctx: RequestContext, exclude: Collection[str] = ()) -> Pick:
+        """A replica for the request, not one named in `exclude` (those failed this request)."""
+        ...
+
+    def live_sessions(self, replica: Replica) -> int:
+        """Sessions pinned to the replica now (for /admin/replicas)."""
+        ...
 
     def report(
         self,
@@ -69,9 +77,12 @@ class FirstHealthyPicker:
     def replicas(self) -> Sequence[Replica]:
         return self._replicas
 
-    def pick(self, ctx: RequestContext) -> _FirstHealthyPick:
+    def live_sessions(self, replica: Replica) -> int:
+        return 0
+
+    def pick(self, ctx: RequestContext, exclude: Collection[str] = ()) -> _FirstHealthyPick:
         for replica in self._replicas:
-            if replica.healthy:
+            if replica.healthy and replica.name not in exclude:
                 return _FirstHealthyPick(replica, "unpinned")
         raise NoReplicaError("No healthy engine replica is available; retry shortly.")
 

@@ -1,0 +1,312 @@
+"""`python -m bench affinity`: checkpoint-aware placement against the baselines and smg.
+
+An agentic workload (bench/sessions.py: a ~30k-token base prompt per session, growing every
+turn, 6+ turns) runs through each router in front of fresh simulator replicas, all sessions at
+once. Routers: the flashbox gateway with routing.policy flashbox, consistent_hash and
+round_robin (the same gateway, only the policy differs), and the SGLang model gateway (`smg`,
+sglang-router) with its cache_aware policy and its manual policy keyed by x-smg-routing-key,
+which talks to the simulators' own /v1/chat/completions. Reported per router: the share of
+eligible turns that hit their checkpoint, and TTFT p50/p95 of turns >= 2 in reference-hardware
+seconds (wall seconds / time scale).
+
+Full size (3 replicas x 192 checkpoint slots, 16 running requests each, and as many sessions
+as the session budget of gateway.routing.capacity: 176 per replica, 528 in all):
+    python -m bench affinity --slots 192 --max-running 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.procs import Proc, start_gateway, start_process, start_sim
+from bench.sessions import SessionsConfig, TurnResult, run_sessions, summarize_turns
+from gateway.routing.capacity import budget_for
+from gateway.settings import RoutingSettings
+
+ROUTERS = ("flashbox", "consistent_hash", "round_robin", "smg:cache_aware", "smg:manual")
+
+
+@dataclass(frozen=True)
+class AffinityConfig:
+    # Checkpoint slots of each replica (one entry per replica).
+    slots: tuple[int, ...]
+    max_running: int
+    track_interval: int
+    sessions: int
+    turns: int
+    base_tokens: int
+    growth_tokens: int
+    max_tokens: int
+    time_scale: float
+    routers: tuple[str, ...]
+    think_s: float
+
+
+def _sim_args(cfg: AffinityConfig, slots: int) -> list[str]:
+    return [
+        "--checkpoint-slots",
+        str(slots),
+        "--track-interval",
+        str(cfg.track_interval),
+        "--max-running-requests",
+        str(cfg.max_running),
+        # Every session at once: the default queue bound would refuse some.
+        "--max-queued-requests",
+        str(max(4096, cfg.sessions * 2)),
+    ]
+
+
+@contextmanager
+def _router(name: str, urls: list[str]) -> Iterator[Proc]:
+    if name.startswith("smg:"):
+        policy = name.removeprefix("smg:")
+        args = ["launch", "--host", "127.0.0.1", "--port", "{port}", "--policy", policy]
+        args += ["--worker-urls", *urls, "--log-level", "warn"]
+        proc = start_process("sglang_router", args, health_path="/health", ready_timeout=60.0)
+    else:
+        env = {
+            "FLASHBOX_ROUTING__POLICY": name,
+            "FLASHBOX_LIMITS__MAX_BODY_BYTES": str(64 * 1024 * 1024),
+            "FLASHBOX_API_KEYS": "",
+        }
+        proc = start_gateway(urls, env=env)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _headers_for(name: str) -> Callable[[int], Mapping[str, str]] | None:
+    if name == "smg:manual":
+        return lambda index: {"x-smg-routing-key": f"bench-session-{index}"}
+    return None
+
+
+def _wait_ready(proc: Proc, timeout: float = 60.0) -> None:
+    """smg answers /health before its workers are registered; wait until it routes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(proc.url + "/v1/models", timeout=2.0)
+            if response.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"router not ready after {timeout}s:\n{proc.log()}")
+
+
+def run_router(cfg: AffinityConfig, name: str) -> tuple[dict[str, Any], list[TurnResult], float]:
+    sims = [
+        start_sim(*_sim_args(cfg, slots), name=f"replica-{i}", time_scale=cfg.time_scale)
+        for i, slots in enumerate(cfg.slots)
+    ]
+    try:
+        with _router(name, [s.url for s in sims]) as proc:
+            _wait_ready(proc)
+            sessions_cfg = SessionsConfig(
+                url=proc.url + "/v1",
+                model="glm-5.3-flash",
+                api_key=None,
+                sessions=cfg.sessions,
+                turns=cfg.turns,
+                concurrency=cfg.sessions,
+                base_tokens=cfg.base_tokens,
+                growth_tokens=cfg.growth_tokens,
+                max_tokens=cfg.max_tokens,
+                chars_per_token=4.0,
+                track_interval=cfg.track_interval,
+                time_scale=cfg.time_scale,
+                send_session_header=not name.startswith("smg"),
+                timeout_s=3600.0,
+                think_s=cfg.think_s,
+            )
+            started = time.perf_counter()
+            turns = asyncio.run(run_sessions(sessions_cfg, _headers_for(name)))
+            wall = time.perf_counter() - started
+    finally:
+        for sim in sims:
+            sim.stop()
+    return summarize_turns(turns), turns, wall
+
+
+def run_all(cfg: AffinityConfig, out_dir: Path | None) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    for name in cfg.routers:
+        print(f"-- {name}", flush=True)
+        summary, turns, wall = run_router(cfg, name)
+        summary["wall_s"] = wall
+        results[name] = summary
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            safe = name.replace(":", "-")
+            (out_dir / f"{safe}.json").write_text(
+                json.dumps({"summary": summary, "turns": [asdict(t) for t in turns]}, indent=2)
+            )
+    if out_dir is not None:
+        (out_dir / "affinity.json").write_text(
+            json.dumps({"config": asdict(cfg), "results": results}, indent=2)
+        )
+    return results
+
+
+def markdown(cfg: AffinityConfig, results: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| router | checkpoint hits (eligible turns) | TTFT p50 s, turns >= 2 | "
+        "TTFT p95 s, turns >= 2 | errors | wall s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        ttft = r["ttft_later_turns"]
+        lines.append(
+            f"| {name} | {r['hit_ratio']:.1%} ({r['hits']}/{r['eligible']}) | "
+            f"{ttft['p50']:.1f} | {ttft['p95']:.1f} | {r['errors']} | {r['wall_s']:.0f} |"
+        )
+    lines.append("")
+    lines.extend(_goals(results))
+    return "\n".join(lines)
+
+
+def _goals(results: dict[str, dict[str, Any]]) -> list[str]:
+    fb = results.get("flashbox")
+    if fb is None:
+        return []
+    out = []
+    p50 = fb["ttft_later_turns"]["p50"]
+    rr = results.get("round_robin")
+    if rr is not None and p50 > 0:
+        out.append(
+            f"- TTFT p50 of turns >= 2, round-robin / flashbox: "
+            f"{rr['ttft_later_turns']['p50'] / p50:.1f}x (goal >= 5x)."
+        )
+    smg = [(n, r) for n, r in results.items() if n.startswith("smg")]
+    if smg:
+        best_name, best = max(smg, key=lambda item: item[1]["hit_ratio"])
+        out.append(
+            f"- Best smg policy by hit ratio: {best_name} at {best['hit_ratio']:.1%} and TTFT "
+            f"p50 {best['ttft_later_turns']['p50']:.1f} s, against flashbox's "
+            f"{fb['hit_ratio']:.1%} and {p50:.1f} s."
+        )
+    out.append(f"- flashbox hit ratio {fb['hit_ratio']:.1%} (goal >= 99% while capacity exists).")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench affinity", description=__doc__)
+    p.add_argument("--replicas", type=int, default=3)
+    p.add_argument(
+        "--slots", default="48", help="checkpoint slots per replica, or one value per replica"
+    )
+    p.add_argument("--max-running", type=int, default=4)
+    p.add_argument("--track-interval", type=int, default=256)
+    p.add_argument(
+        "--sessions", type=int, default=0, help="default: the replicas' session budgets, summed"
+    )
+    p.add_argument("--turns", type=int, default=6)
+    p.add_argument("--base-tokens", type=int, default=30_000)
+    p.add_argument("--growth-tokens", type=int, default=1_500)
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--time-scale", type=float, default=0.02)
+    # Agentic sessions pause between turns while tools run or a person reads. With no pause,
+    # every session is always queued and TTFT measures the queue, not the checkpoints; 400 s
+    # keeps a replica ~65% busy when every turn hits (each turn costs ~12 s of engine time).
+    p.add_argument(
+        "--think",
+        type=float,
+        default=400.0,
+        help="mean hardware seconds between turns of a session",
+    )
+    p.add_argument("--routers", default=",".join(ROUTERS))
+    p.add_argument("--out", type=Path, default=None)
+    return p
+
+
+def session_capacity(slots: tuple[int, ...], max_running: int) -> int:
+    """Sessions the pool holds without evictions (gateway.routing.capacity's budget)."""
+    per_session = RoutingSettings().checkpoints_per_session
+    return sum(budget_for(n, max_running, per_session) for n in slots)
+
+
+def config_from_args(args: argparse.Namespace) -> AffinityConfig:
+    slots = tuple(int(part) for part in str(args.slots).split(","))
+    if len(slots) == 1:
+        slots = slots * args.replicas
+    sessions = args.sessions if args.sessions > 0 else session_capacity(slots, args.max_running)
+    return AffinityConfig(
+        slots=slots,
+        max_running=args.max_running,
+        track_interval=args.track_interval,
+        sessions=sessions,
+        turns=args.turns,
+        base_tokens=args.base_tokens,
+        growth_tokens=args.growth_tokens,
+        max_tokens=args.max_tokens,
+        time_scale=args.time_scale,
+        routers=tuple(r for r in args.routers.split(",") if r),
+        think_s=args.think,
+    )
+
+
+def main(argv: list[str]) -> int:
+    cfg = config_from_args(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    print(markdown(cfg, run_all(cfg, args.out)))
+    return 0
+
+
+def _scenario(title: str, cfg: AffinityConfig, results: dict[str, dict[str, Any]]) -> str:
+    slots = "/".join(str(n) for n in cfg.slots)
+    return "\n".join(
+        [
+            f"### {title}",
+            "",
+            f"{len(cfg.slots)} simulated replicas with {slots} checkpoint slots "
+            f"({cfg.max_running} running requests each), {cfg.sessions} concurrent sessions "
+            f"(the pool's session budget) x {cfg.turns} turns, ~{cfg.base_tokens // 1000}k-token "
+            f"base prompt + {cfg.growth_tokens} tokens a turn, {cfg.max_tokens} output tokens, "
+            f"{cfg.think_s:.0f} s mean pause between turns, time scale {cfg.time_scale}.",
+            "",
+            markdown(cfg, results),
+        ]
+    )
+
+
+def report(out_dir: Path) -> str:
+    """`make bench`: the issue's 3 x 192 slots and 16 running requests scaled down by 4
+    (3 x 48 slots, 4 running, 66 sessions), all routers; then a pool of unequal replicas
+    (48/48/24 slots), where knowing each replica's capacity matters."""
+    even = config_from_args(build_parser().parse_args([]))
+    uneven = config_from_args(
+        build_parser().parse_args(
+            [
+                "--slots",
+                "48,48,24",
+                "--routers",
+                "flashbox,consistent_hash,smg:cache_aware,smg:manual",
+            ]
+        )
+    )
+    return "\n".join(
+        [
+            "## Session affinity across replicas",
+            "",
+            "TTFT in reference-hardware seconds (wall / time scale); 2 shared CPU cores. Hits: "
+            "eligible turns (>= 2) whose cached tokens cover the previous prompt rounded down to "
+            "the track interval. Full size: `python -m bench affinity --slots 192 "
+            "--max-running 16` (264 sessions).",
+            "",
+            _scenario("Equal replicas", even, run_all(even, out_dir / "equal")),
+            "",
+            _scenario("Unequal replicas", uneven, run_all(uneven, out_dir / "unequal")),
+        ]
+    )

@@ -1,0 +1,41 @@
+"""Builds the routing layer once per app (called from gateway.state.build_state)."""
+
+from __future__ import annotations
+
+import httpx
+
+from gateway.observability.metrics import Metrics
+from gateway.routing.affinity import OUTCOMES, AffinityPicker
+from gateway.routing.discovery import ReplicaSource, StaticReplicas
+from gateway.routing.health import HealthProber
+from gateway.routing.replica import Replica
+from gateway.settings import Settings
+
+
+def build_routing(
+    settings: Settings,
+    metrics: Metrics,
+    control: httpx.AsyncClient,
+    source: ReplicaSource | None = None,
+) -> tuple[AffinityPicker, HealthProber]:
+    source = source or StaticReplicas(settings.engines)
+    replicas = source.initial()
+    metrics.register_replicas(replica.name for replica in replicas)
+    for outcome in OUTCOMES:
+        metrics.affinity.labels(outcome=outcome)
+    picker = AffinityPicker(
+        replicas, settings.routing, lambda outcome: metrics.affinity.labels(outcome=outcome).inc()
+    )
+
+    def replica_changed(replica: Replica) -> None:
+        metrics.replica_up.labels(replica=replica.name).set(1 if replica.healthy else 0)
+
+    prober = HealthProber(
+        picker.replicas,
+        control,
+        settings.health,
+        replica_changed,
+        server_info_path=settings.routing.server_info_path,
+        busy_grace_s=settings.routing.busy_probe_grace_s,
+    )
+    return picker, prober

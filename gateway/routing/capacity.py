@@ -1,0 +1,57 @@
+"""How many sessions a replica can hold, and the spill cost model (docs/affinity.md).
+
+Session budget. A session's turn touches the checkpoint it restores from (the engine keeps it
+until LRU eviction) and adds a new one when it ends; a running request also holds its prompt's
+checkpoint. A session's latest checkpoint survives until its next turn only if everything
+touched meanwhile fits in the pool. In the worst case every other session takes a turn in
+between: with S slots, R running requests, N sessions and k = checkpoints_per_session (2),
+k (N - 1) + R + 1 <= S, so N = (S - R - 1) / k + 1 (88 sessions for 192 slots, 16 running).
+
+Spilling a pinned session costs a miss: its whole context is prefilled again instead of only the
+new suffix. Staying costs the wait for a running slot at its replica. Both in engine seconds:
+
+    miss_extra_s(tokens) = max(0, tokens / prefill_tokens_per_s - hit_ttft_s)
+    wait_s(replica)      = max(0, in_flight + 1 - max_running) * service_s / max_running
+
+A pinned session spills only when wait_s(pinned) > miss_extra_s(context) + wait_s(target).
+"""
+
+from __future__ import annotations
+
+from gateway.routing.replica import Replica
+from gateway.settings import RoutingSettings
+
+
+def slots(replica: Replica, settings: RoutingSettings) -> int:
+    return replica.checkpoint_slots or settings.checkpoint_slots
+
+
+def track_interval(replica: Replica, settings: RoutingSettings) -> int:
+    return replica.track_interval or settings.track_interval
+
+
+def max_running(replica: Replica, settings: RoutingSettings) -> int:
+    return replica.max_running_requests or settings.max_running_requests
+
+
+def budget_for(slots: int, max_running: int, checkpoints_per_session: float) -> int:
+    return max(1, int((slots - max_running - 1) / checkpoints_per_session) + 1)
+
+
+def session_budget(replica: Replica, settings: RoutingSettings) -> int:
+    return budget_for(
+        slots(replica, settings),
+        max_running(replica, settings),
+        settings.checkpoints_per_session,
+    )
+
+
+def wait_s(replica: Replica, settings: RoutingSettings) -> float:
+    running = max_running(replica, settings)
+    queued = max(0, replica.in_flight + 1 - running)
+    return queued * settings.service_s / running
+
+
+def miss_extra_s(prompt_chars: int, settings: RoutingSettings) -> float:
+    tokens = prompt_chars / settings.chars_per_token
+    return max(0.0, tokens / settings.prefill_tokens_per_s - settings.hit_ttft_s)

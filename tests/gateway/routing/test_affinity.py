@@ -1,0 +1,207 @@
+"""The flashbox placement policy: pins, rendezvous, checkpoint budgets, spill, verification."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from gateway.errors import NoReplicaError
+from gateway.routing import AffinityPicker, Outcome, Replica, RequestContext
+from gateway.routing.pins import PinTable
+from gateway.routing.rendezvous import ranked
+from gateway.settings import RoutingSettings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(
+    n: int = 3, **settings: object
+) -> tuple[AffinityPicker, list[Replica], Counter[str], Clock]:
+    replicas = [Replica.from_url(f"http://r{i}:1") for i in range(n)]
+    for replica in replicas:
+        replica.healthy = True
+    counts: Counter[str] = Counter()
+    clock = Clock()
+    picker = AffinityPicker(
+        replicas,
+        RoutingSettings.model_validate(settings),
+        lambda outcome: counts.update([outcome]),
+        clock,
+    )
+    return picker, replicas, counts, clock
+
+
+def ctx(key: str | None, rid: str = "rid", prompt: str = "p") -> RequestContext:
+    return RequestContext(rid, key, prompt)
+
+
+def turn(picker: AffinityPicker, key: str, prompt_tokens: int, cached: int) -> Replica:
+    c = ctx(key, rid=f"{key}-{prompt_tokens}")
+    replica = picker.pick(c).replica
+    picker.report(c, replica, Outcome.OK, prompt_tokens=prompt_tokens, cached_tokens=cached)
+    return replica
+
+
+def test_sessions_stay_and_turns_are_verified() -> None:
+    picker, _, counts, _ = make()
+    first = turn(picker, "s1", 1000, 0)
+    assert counts == {"new": 1}
+    # Turn 2 promised the previous prompt rounded down to the track interval: 768 tokens.
+    assert turn(picker, "s1", 1500, 768) is first
+    assert turn(picker, "s1", 2000, 1000) is first
+    assert counts == {"new": 1, "hit": 1, "verified_miss": 1}
+
+
+def test_new_sessions_follow_rendezvous_and_respect_budgets() -> None:
+    picker, replicas, counts, _ = make(
+        checkpoint_slots=9, max_running_requests=2, checkpoints_per_session=2.0
+    )
+    # Budget (9 - 2 - 1) / 2 + 1 = 4 sessions per replica: 12 fit, none over budget.
+    for i in range(12):
+        key = f"s{i}"
+        replica = picker.pick(ctx(key, rid=key)).replica
+        if i < 4:  # every replica has room yet: the first rendezvous choice
+            assert replica is ranked(key, replicas)[0]
+    assert [picker.live_sessions(r) for r in replicas] == [4, 4, 4]
+    assert counts == {"new": 12}
+    # Beyond every budget: the least full replica.
+    picker.pick(ctx("extra", rid="extra"))
+    assert sorted(picker.live_sessions(r) for r in replicas) == [4, 4, 5]
+
+
+def test_adding_a_replica_moves_no_pin() -> None:
+    picker, _replicas, _, _ = make(2)
+    before = {f"s{i}": picker.pick(ctx(f"s{i}", rid=f"a{i}")).replica.name for i in range(40)}
+    extra = Replica.from_url("http://r9:1")
+    extra.healthy = True
+    picker.add(extra)
+    after = {key: picker.pick(ctx(key, rid=f"b{key}")).replica.name for key in before}
+    assert after == before
+    # New sessions now reach it.
+    assert any(picker.pick(ctx(f"n{i}", rid=f"n{i}")).replica is extra for i in range(40))
+
+
+def test_failed_replica_sessions_move_to_their_next_choice() -> None:
+    picker, replicas, counts, _ = make()
+    keys = [f"s{i}" for i in range(30)]
+    home = {k: picker.pick(ctx(k, rid=k)).replica for k in keys}
+    dead = replicas[0]
+    dead.healthy = False
+    for key in keys:
+        moved = picker.pick(ctx(key, rid="again-" + key)).replica
+        if home[key] is dead:
+            assert moved is next(r for r in ranked(key, replicas) if r is not dead)
+        else:
+            assert moved is home[key]
+    assert counts["failover"] == sum(1 for k in keys if home[k] is dead) > 0
+    # It comes back: the moved sessions stay where they are now.
+    dead.healthy = True
+    moved_keys = [k for k in keys if home[k] is dead]
+    assert all(picker.pick(ctx(k, rid="x" + k)).replica is not dead for k in moved_keys)
+
+
+def test_drained_replica_gets_no_new_work() -> None:
+    picker, replicas, _, _ = make(2)
+    replicas[0].draining = True
+    assert {picker.pick(ctx(f"s{i}", rid=str(i))).replica.name for i in range(20)} == {"r1:1"}
+    replicas[1].healthy = False
+    with pytest.raises(NoReplicaError):
+        picker.pick(ctx("s"))
+
+
+def test_spill_only_when_waiting_costs_more_than_reprefilling() -> None:
+    picker, replicas, counts, _ = make(2, max_running_requests=4, service_s=20.0)
+    home = turn(picker, "s", 1000, 0)
+    other = replicas[1] if home is replicas[0] else replicas[0]
+    # 60k tokens (240k chars): a miss costs 60k / 1273 - 10 = ~37 s more than a hit.
+    big = "x" * 240_000
+    home.in_flight = 8  # 5 queued ahead: 5 * 20 / 4 = 25 s of wait < 37 s
+    assert picker.pick(ctx("s", rid="t2", prompt=big)).replica is home
+    picker.report(ctx("s", rid="t2"), home, Outcome.OK, prompt_tokens=1200, cached_tokens=768)
+    home.in_flight = 16  # 13 queued: 65 s > 37 s
+    assert picker.pick(ctx("s", rid="t3", prompt=big)).replica is other
+    assert counts["spill"] == 1
+    # A small context spills sooner: re-prefilling 4k tokens costs nothing over a hit.
+    picker2, _replicas2, _, _ = make(2, max_running_requests=4)
+    home2 = turn(picker2, "s", 1000, 0)
+    home2.in_flight = 4
+    assert picker2.pick(ctx("s", rid="t2", prompt="x" * 16_000)).replica is not home2
+
+
+def test_baseline_policies() -> None:
+    picker, replicas, counts, _ = make(policy="round_robin")
+    assert len({picker.pick(ctx("same", rid=str(i))).replica.name for i in range(3)}) == 3
+    picker, replicas, counts, _ = make(policy="consistent_hash")
+    assert {picker.pick(ctx("same", rid=str(i))).replica.name for i in range(5)} == {
+        ranked("same", replicas)[0].name
+    }
+    assert counts == {"unpinned": 5}
+
+
+def test_breaker_opens_after_failures_and_half_opens() -> None:
+    picker, replicas, _, clock = make(1, breaker_failures=2, breaker_open_s=5.0)
+    (replica,) = replicas
+    for i in range(2):
+        c = ctx("s", rid=f"f{i}")
+        picker.pick(c)
+        picker.report(c, replica, Outcome.UPSTREAM_ERROR)
+    with pytest.raises(NoReplicaError):
+        picker.pick(ctx("s", rid="blocked"))
+    clock.now += 5.0
+    trial = ctx("s", rid="trial")
+    assert picker.pick(trial).replica is replica
+    # One trial at a time while half-open.
+    with pytest.raises(NoReplicaError):
+        picker.pick(ctx("s", rid="second"))
+    picker.report(trial, replica, Outcome.OK, prompt_tokens=10)
+    assert picker.pick(ctx("s", rid="after")).replica is replica
+
+
+def test_connect_failure_marks_the_replica_down_at_once() -> None:
+    picker, _replicas, counts, _ = make(2)
+    c = ctx("s", rid="1")
+    first = picker.pick(c).replica
+    picker.report(c, first, Outcome.CONNECT_FAILED)
+    assert not first.healthy
+    retry = picker.pick(c, exclude=[first.name]).replica
+    assert retry is not first
+    assert counts == {"new": 1, "failover": 1}
+
+
+def test_unkeyed_requests_are_unpinned() -> None:
+    picker, _, counts, _ = make()
+    picker.pick(ctx(None))
+    assert counts == {"unpinned": 1}
+    assert len(picker.pins) == 0
+
+
+def test_pin_table_is_bounded_by_size_and_idle_time() -> None:
+    table = PinTable(max_size=3, idle_ttl_s=10.0)
+    for i in range(5):
+        table.put(f"k{i}", "a", now=float(i))
+    assert len(table) == 3
+    assert table.peek("k0") is None
+    assert table.peek("k4") is not None
+    assert table.live("a") == 3
+    assert table.get("k2", now=5.0) is not None  # touched: now the most recent
+    table.sweep(now=13.5)  # k3 (last used 3.0) expired; k2 (5.0) and k4 (4.0) not
+    assert table.peek("k3") is None
+    assert len(table) == 2
+    assert table.get("k4", now=14.5) is None
+    assert table.live("a") == 1
+    table.put("k2", "b", now=15.0)
+    assert (table.live("a"), table.live("b")) == (0, 1)
+
+
+def test_picker_pin_table_stays_within_its_bound() -> None:
+    picker, _, _, _ = make(pin_table_size=50)
+    for i in range(500):
+        picker.pick(ctx(f"s{i}", rid=str(i)))
+    assert len(picker.pins) == 50

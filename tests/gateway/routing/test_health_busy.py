@@ -1,0 +1,75 @@
+"""Health probing under long prefills: a 503 from a replica we have requests open on is 'busy'."""
+
+from __future__ import annotations
+
+import httpx
+
+from gateway.routing import Replica
+from gateway.routing.health import HealthProber
+from gateway.settings import HealthSettings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_busy_replica_stays_up_within_the_grace_then_goes_down() -> None:
+    replica = Replica.from_url("http://busy:1")
+    replica.healthy = True
+    clock = Clock()
+    answer = httpx.MockTransport(lambda request: httpx.Response(503))
+    async with httpx.AsyncClient(transport=answer) as client:
+        prober = HealthProber(
+            [replica],
+            client,
+            HealthSettings(unhealthy_after=2),
+            lambda r: None,
+            busy_grace_s=60.0,
+            clock=clock,
+        )
+        replica.in_flight = 1
+        for _ in range(5):
+            await prober.probe_all()
+            clock.now += 10.0
+        assert replica.healthy
+        clock.now += 30.0  # past the grace: 503s count again
+        await prober.probe_all()
+        await prober.probe_all()
+        assert not replica.healthy
+
+
+async def test_an_idle_replica_answering_503_goes_down() -> None:
+    replica = Replica.from_url("http://idle:1")
+    replica.healthy = True
+    answer = httpx.MockTransport(lambda request: httpx.Response(503))
+    async with httpx.AsyncClient(transport=answer) as client:
+        prober = HealthProber(
+            [replica], client, HealthSettings(unhealthy_after=2), lambda r: None, busy_grace_s=60.0
+        )
+        await prober.probe_all()
+        assert replica.healthy
+        await prober.probe_all()
+        assert not replica.healthy
+
+
+async def test_server_info_sizes_the_replica() -> None:
+    replica = Replica.from_url("http://info:1")
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/server_info":
+            info = {"max_mamba_cache_size": 64, "mamba_track_interval": 128}
+            return httpx.Response(200, json={**info, "max_running_requests": 8})
+        return httpx.Response(200)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        prober = HealthProber(
+            [replica], client, HealthSettings(), lambda r: None, server_info_path="/server_info"
+        )
+        await prober.probe_all()
+    assert replica.healthy
+    assert (replica.checkpoint_slots, replica.track_interval) == (64, 128)
+    assert replica.max_running_requests == 8
