@@ -34,7 +34,6 @@ MODEL = "glm-5.3-flash"
 GATEWAY_ENV = {
     "FLASHBOX_UPSTREAM__FORWARD_CUSTOM_PARAMS": "true",
     "FLASHBOX_ADMISSION__MAX_IN_FLIGHT": "4096",
-    "FLASHBOX_LIMITS__MAX_IN_FLIGHT": "4096",
     "FLASHBOX_OBSERVABILITY__LOG_LEVEL": "warning",
 }
 # Output shape per request (simulator steering): short answers, so requests turn over.

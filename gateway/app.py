@@ -133,8 +133,6 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = app_state.build_state(settings, transport=transport)
-        # First-token and idle deadlines of each /generate (settings.timeouts).
-        state.engine.deadlines = settings.timeouts
         app.state.flashbox = state
         await app_state.start(state)
         try:

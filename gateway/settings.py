@@ -49,13 +49,12 @@ class LimitSettings(_Section):
     max_messages: int = Field(default=4096, gt=0)
     max_tools: int = Field(default=512, gt=0)
     max_stop_sequences: int = Field(default=16, gt=0)
+    # Containers nested deeper than this in the body (tool schemas, arguments) answer 400.
+    max_json_depth: int = Field(default=64, gt=0)
     # Ceiling on max_tokens / max_completion_tokens, and the value used when the client sets none
     # (SGLang's own default is only 128 tokens).
     max_tokens: int = Field(default=131072, gt=0)
     default_max_tokens: int = Field(default=32768, gt=0)
-    # Requests served at once; beyond it the gateway answers 429 with Retry-After.
-    max_in_flight: int = Field(default=1024, gt=0)
-    retry_after_s: int = Field(default=1, ge=0)
     # Longest x-request-id honoured from a client; longer or odd ones are replaced.
     max_request_id_chars: int = Field(default=128, gt=0)
 

@@ -11,7 +11,7 @@ import httpx
 
 from gateway.auth import ApiKeyChecker
 from gateway.components import load_constraint_builder, load_parser_factory, load_renderer
-from gateway.errors import GatewayError, RateLimitError
+from gateway.errors import GatewayError
 from gateway.observability.metrics import Metrics
 from gateway.observability.timeline import RequestRecord
 from gateway.parsers.base import ParserFactory
@@ -43,16 +43,7 @@ class AppState:
     background: set[asyncio.Task[bool]] = field(default_factory=set)
 
     def admit(self, model: str, arrival: float) -> RequestRecord:
-        """Counts the request in, or refuses it when the gateway is full (429)."""
-        limits = self.settings.limits
-        if self.in_flight >= limits.max_in_flight:
-            self.metrics.admission_rejected.labels(reason="in_flight").inc()
-            raise RateLimitError(
-                f"The gateway is serving its limit of {limits.max_in_flight} requests; "
-                "retry shortly.",
-                code="too_many_requests",
-                headers={"retry-after": str(limits.retry_after_s)},
-            )
+        """Counts an admitted request in (the bound and queue are gateway.admission's)."""
         self.in_flight += 1
         self.metrics.in_flight.inc()
         return RequestRecord(metrics=self.metrics, model=model, arrival=arrival)
@@ -78,7 +69,7 @@ def build_state(
     settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
 ) -> AppState:
     metrics = Metrics()
-    engine = EngineClient(settings.upstream, transport=transport)
+    engine = EngineClient(settings.upstream, transport=transport, deadlines=settings.timeouts)
     picker, prober = build_routing(settings, metrics, engine.control)
     return AppState(
         settings=settings,

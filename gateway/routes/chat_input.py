@@ -7,6 +7,7 @@ refused before any validation work is spent on it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,23 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
     return text, where or None
 
 
+def _nesting_exceeds(value: object, limit: int) -> bool:
+    """Whether containers nest more than `limit` deep; iterative, stops at the first excess."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Iterable[object] = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def parse_chat(body: bytes, settings: Settings) -> ChatInput:
     try:
         raw = orjson.loads(body)
@@ -73,6 +91,14 @@ def parse_chat(body: bytes, settings: Settings) -> ChatInput:
     if isinstance(tools, list) and len(tools) > limits.max_tools:
         raise InvalidRequestError(
             f"Too many tools: {len(tools)} > {limits.max_tools}.", param="tools"
+        )
+    if _nesting_exceeds(raw, limits.max_json_depth):
+        # Deeper JSON than any real conversation; later hops (hashing, templates) have their
+        # own recursion limits, and this keeps them from turning it into a 500.
+        raise InvalidRequestError(
+            f"The request nests JSON deeper than {limits.max_json_depth} levels; "
+            "flatten the tool schemas or arguments.",
+            code="json_too_deep",
         )
     try:
         request = ChatCompletionRequest.model_validate(raw)

@@ -127,15 +127,3 @@ async def test_stream_without_done_is_error(client: httpx.AsyncClient, engine: F
     engine.script = Script(finish=None, send_done=False)
     response = await client.post("/v1/chat/completions", json=chat_body())
     assert response.status_code == 502
-
-
-async def test_gateway_full_is_429(engine: FakeEngine) -> None:
-    async with gateway_client(engine, limits={"max_in_flight": 1}) as client:
-        app_client = client
-        # Fill the only slot by hand, then ask again.
-        transport = app_client._transport
-        assert isinstance(transport, httpx.ASGITransport)
-        transport.app.state.flashbox.in_flight = 1  # type: ignore[attr-defined]
-        response = await client.post("/v1/chat/completions", json=chat_body())
-    assert response.status_code == 429
-    assert response.headers["retry-after"] == "1"

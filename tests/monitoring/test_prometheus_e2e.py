@@ -46,7 +46,8 @@ LOAD = Load(sessions=6, turns=4, max_tokens=48, misbehave=True)
 GATEWAY_ENV = {
     # One slot per session: the first turns and one more request arrive together, so one of
     # them is refused (429); a refused turn is retried, later turns fit.
-    "FLASHBOX_LIMITS__MAX_IN_FLIGHT": str(LOAD.sessions),
+    "FLASHBOX_ADMISSION__MAX_IN_FLIGHT": str(LOAD.sessions),
+    "FLASHBOX_ADMISSION__MAX_QUEUE": "0",
     # Lets a request ask the simulator for a fault or a given tool call (custom_params.sim).
     "FLASHBOX_UPSTREAM__FORWARD_CUSTOM_PARAMS": "true",
 }

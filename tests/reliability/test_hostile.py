@@ -136,18 +136,17 @@ def _corpus() -> dict[str, dict[str, Any]]:
 CORPUS = _corpus()
 
 
-# Routing's session key serializes the tools with orjson (depth limit 255): needs a nesting
-# bound at input (chat_input) before this passes; strict, so the fix shows up here.
-_KNOWN = {
-    "deep tool schema": pytest.mark.xfail(
-        reason="no JSON nesting bound at input yet; session_key hits orjson's limit", strict=True
-    )
-}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_KNOWN.get(n, ())) for n in sorted(CORPUS)])
+@pytest.mark.parametrize("name", sorted(CORPUS))
 def test_corpus(gateway: Proc, name: str) -> None:
     check(post_raw(gateway, json.dumps(CORPUS[name]).encode()))
+
+
+def test_deep_nesting_is_refused_with_what_to_fix(gateway: Proc) -> None:
+    response = post_raw(gateway, json.dumps(CORPUS["deep tool schema"]).encode())
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "json_too_deep"
+    assert "flatten" in error["message"]
 
 
 WRONG_VALUES: list[Any] = [None, True, -1, 0, 1.5, "x", "", [], {}, [None], {"a": 1}, 10**30]
