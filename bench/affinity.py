@@ -218,8 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--time-scale", type=float, default=0.02)
     # Agentic sessions pause between turns while tools run or a person reads. With no pause,
-    # every session is always queued and TTFT measures the queue, not the checkpoints; 400 s
-    # keeps a replica ~65% busy when every turn hits (each turn costs ~12 s of engine time).
+    # every session is always queued and TTFT measures the queue, not the checkpoints. With
+    # 400 s a replica keeps up once the cold first turns are done (hits' short suffixes are
+    # prefilled together); the first turns still arrive faster than it can prefill them.
     p.add_argument(
         "--think",
         type=float,
