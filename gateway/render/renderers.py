@@ -75,7 +75,26 @@ def _uses_prepass(source: TemplateSource, enabled: bool) -> bool:
     return enabled and ORDER_VARIABLE in source.text
 
 
-class Jinja2Renderer:
+class _TemplateRenderer:
+    """Shared by the engines: build the template context, then render it."""
+
+    _source: TemplateSource
+    _prepass: bool
+
+    def render_context(self, context: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        template_kwargs: Mapping[str, Any],
+    ) -> str:
+        context = template_context(self._source, messages, tools, template_kwargs, self._prepass)
+        return self.render_context(context)
+
+
+class Jinja2Renderer(_TemplateRenderer):
     """transformers' `apply_chat_template(..., tokenize=False, add_generation_prompt=True)`."""
 
     def __init__(self, source: TemplateSource, prepass: bool = True) -> None:
@@ -93,17 +112,8 @@ class Jinja2Renderer:
         except _JINJA2_ERRORS as exc:
             raise _template_error(exc) from exc
 
-    def render(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-        template_kwargs: Mapping[str, Any],
-    ) -> str:
-        context = template_context(self._source, messages, tools, template_kwargs, self._prepass)
-        return self.render_context(context)
 
-
-class MiniJinjaRenderer:
+class MiniJinjaRenderer(_TemplateRenderer):
     """The same template in MiniJinja (Rust): faster, but not identical on every input."""
 
     _NAME = "chat_template"
@@ -123,15 +133,6 @@ class MiniJinjaRenderer:
         except _MINIJINJA_ERRORS as exc:
             raise _template_error(exc) from exc
         return text
-
-    def render(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-        template_kwargs: Mapping[str, Any],
-    ) -> str:
-        context = template_context(self._source, messages, tools, template_kwargs, self._prepass)
-        return self.render_context(context)
 
 
 class AutoRenderer:
