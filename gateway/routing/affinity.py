@@ -110,7 +110,7 @@ class AffinityPicker:
         if self._settings.spill:
             target = self._spill_target(ctx, key, pinned, usable)
             if target is not None:
-                self.pins.put(key, target.name, now)
+                self.pins.put(key, target.name, now, leaves_checkpoint=True)
                 return self._chosen(ctx, target, "spill", None, now)
         interval = capacity.track_interval(pinned, self._settings)
         expected = pin.last_prompt_tokens // interval * interval
@@ -144,10 +144,10 @@ class AffinityPicker:
         return None
 
     def _has_room(self, replica: Replica) -> bool:
-        return self.pins.live(replica.name) < capacity.session_budget(replica, self._settings)
+        return self.pins.charged(replica.name) < capacity.session_budget(replica, self._settings)
 
     def _fill(self, replica: Replica) -> float:
-        return self.pins.live(replica.name) / capacity.session_budget(replica, self._settings)
+        return self.pins.charged(replica.name) / capacity.session_budget(replica, self._settings)
 
     def _chosen(
         self,

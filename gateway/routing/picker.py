@@ -1,8 +1,8 @@
 """Replica choice (hop 3) behind one small interface.
 
-`pick` chooses a replica for a request; `report` tells the picker how the request went, so a
-smarter picker (checkpoint-aware session affinity) can learn from outcomes. The simple picker
-here takes the first healthy replica; gateway.routing.affinity has the real one.
+`pick` chooses a replica for a request; `report` tells the picker how the request went, so it
+can learn from outcomes. The implementation is gateway.routing.affinity (checkpoint-aware
+session affinity, with consistent-hashing and round-robin policies as baselines).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from collections.abc import Collection, Sequence
 from enum import StrEnum
 from typing import Protocol
 
-from gateway.errors import NoReplicaError
 from gateway.routing.replica import Replica, RequestContext
 
 
@@ -57,45 +56,3 @@ class ReplicaPicker(Protocol):
         prompt_tokens: int = 0,
         cached_tokens: int = 0,
     ) -> None: ...
-
-
-class _FirstHealthyPick:
-    __slots__ = ("affinity", "replica")
-
-    def __init__(self, replica: Replica, affinity: str) -> None:
-        self.replica = replica
-        self.affinity = affinity
-
-
-class FirstHealthyPicker:
-    """The first healthy replica in configured order; no sessions, no learning."""
-
-    def __init__(self, replicas: Sequence[Replica]) -> None:
-        self._replicas = list(replicas)
-
-    @property
-    def replicas(self) -> Sequence[Replica]:
-        return self._replicas
-
-    def live_sessions(self, replica: Replica) -> int:
-        return 0
-
-    def pick(self, ctx: RequestContext, exclude: Collection[str] = ()) -> _FirstHealthyPick:
-        for replica in self._replicas:
-            if replica.healthy and replica.name not in exclude:
-                return _FirstHealthyPick(replica, "unpinned")
-        raise NoReplicaError("No healthy engine replica is available; retry shortly.")
-
-    def report(
-        self,
-        ctx: RequestContext,
-        replica: Replica,
-        outcome: Outcome,
-        *,
-        prompt_tokens: int = 0,
-        cached_tokens: int = 0,
-    ) -> None:
-        # A refused connection means the replica is down now, not after the next probe.
-        if outcome is Outcome.CONNECT_FAILED:
-            replica.healthy = False
-            replica.successes = 0

@@ -205,3 +205,36 @@ def test_picker_pin_table_stays_within_its_bound() -> None:
     for i in range(500):
         picker.pick(ctx(f"s{i}", rid=str(i)))
     assert len(picker.pins) == 50
+
+
+def test_a_spill_keeps_charging_the_replica_it_left_until_its_sessions_move_on() -> None:
+    # Budget (3 - 1 - 1) / 1 + 1 = 2 sessions per replica.
+    picker, replicas, counts, clock = make(
+        checkpoint_slots=3, max_running_requests=1, checkpoints_per_session=1.0
+    )
+    a, b, c = replicas
+    # Sessions by rendezvous order: two that rank a, b first; one that ranks b first; a third
+    # that ranks a first and then c.
+    keys = [f"s{i}" for i in range(500)]
+    ab = [k for k in keys if ranked(k, replicas)[:2] == [a, b]]
+    b_first = next(k for k in keys if ranked(k, replicas)[0] is b)
+    a_then_c = next(k for k in keys if ranked(k, replicas)[:2] == [a, c])
+    for key in (ab[0], ab[1], b_first):
+        clock.now += 1
+        turn(picker, key, 1000, 0)
+    assert [picker.live_sessions(r) for r in replicas] == [2, 1, 0]
+    # a is queued up: ab[0]'s next turn spills to b, leaving its checkpoint in a's pool.
+    clock.now += 1
+    a.in_flight = 10
+    assert picker.pick(ctx(ab[0], rid="spill", prompt="x" * 4000)).replica is b
+    a.in_flight = 0
+    assert counts["spill"] == 1
+    # a's pool still holds two sessions' checkpoints (ab[1]'s, older than the stale one, and
+    # ab[0]'s): a new session that ranks a first goes to c, not over a's budget.
+    clock.now += 1
+    assert picker.pick(ctx(a_then_c, rid="new")).replica is c
+    assert picker.pins.charged(a.name) == 2
+    # Once ab[1] has started a turn since the spill, the stale checkpoint is a's oldest: freed.
+    clock.now += 1
+    assert turn(picker, ab[1], 1500, 768) is a
+    assert picker.pins.charged(a.name) == 1

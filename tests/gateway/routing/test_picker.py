@@ -1,32 +1,12 @@
-"""The first-healthy picker and the health thresholds it relies on."""
+"""Health thresholds and probing of replicas."""
 
 from __future__ import annotations
 
 import httpx
-import pytest
 
-from gateway.errors import NoReplicaError
-from gateway.routing import FirstHealthyPicker, Outcome, Replica, RequestContext
+from gateway.routing import Replica
 from gateway.routing.health import HealthProber
 from gateway.settings import HealthSettings
-
-CTX = RequestContext("rid-1", None, "prompt")
-
-
-def test_picks_the_first_healthy_replica() -> None:
-    a, b = Replica.from_url("http://a:1"), Replica.from_url("http://b:2/")
-    picker = FirstHealthyPicker([a, b])
-    with pytest.raises(NoReplicaError):
-        picker.pick(CTX)
-    b.healthy = True
-    assert picker.pick(CTX).replica is b
-    assert b.base_url == "http://b:2"
-    a.healthy = True
-    pick = picker.pick(CTX)
-    assert (pick.replica, pick.affinity) == (a, "unpinned")
-    picker.report(CTX, a, Outcome.CONNECT_FAILED)
-    assert not a.healthy
-    assert picker.pick(CTX).replica is b
 
 
 def test_health_thresholds() -> None:
