@@ -87,7 +87,10 @@ def test_a_replica_added_moves_no_pin() -> None:
             assert wait_for(lambda: replicas_info(gateway)[late_name]["healthy"])
             for session in sessions:
                 session.turn(client)
-            newcomers = [Session(600 + i) for i in range(12)]
+            # More newcomers than the first two replicas' budgets (2 x 14) hold with the first
+            # six sessions: the new replica must get some, whatever rendezvous ranks (the ports,
+            # and so the replica names, differ from run to run).
+            newcomers = [Session(600 + i) for i in range(24)]
             for session in newcomers:
                 session.turn(client)
         for session in sessions:
