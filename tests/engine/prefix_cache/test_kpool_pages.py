@@ -9,7 +9,6 @@ from the prefix each tree hands back.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,10 +19,7 @@ from tests.engine.prefix_cache.builders import (
     KV_PAGE,
     Pools,
     cache_params,
-    global_server_args,
     pools,
-    prefix_cache_on,
-    server_args,
     wheel,
 )
 from tests.engine.prefix_cache.test_tree import _insert, _match, _tokens
@@ -48,15 +44,6 @@ def kpool_plan(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.setattr(module, "torch", _TorchWithoutPinnedMemory())
     return module
-
-
-@pytest.fixture
-def glm_args() -> Iterator[Any]:
-    with prefix_cache_on():
-        args = server_args()
-        args._validate_glm5_next_session_ab_boundary()
-        with global_server_args(args):
-            yield args
 
 
 def _write_locations(kpool_plan: Any, page_table: list[int], prefix: int, seq_len: int) -> set[int]:

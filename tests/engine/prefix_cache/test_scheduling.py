@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,19 +15,9 @@ from tests.engine.prefix_cache.builders import (
     cache_params,
     global_server_args,
     pools,
-    prefix_cache_on,
     server_args,
     wheel,
 )
-
-
-@pytest.fixture
-def glm_args() -> Iterator[Any]:
-    with prefix_cache_on():
-        args = server_args()
-        args._validate_glm5_next_session_ab_boundary()
-        with global_server_args(args):
-            yield args
 
 
 def _scheduler(args: Any, p: Pools) -> Any:

@@ -9,7 +9,6 @@ about indices and layout; the kernels themselves are checked on a GPU (device_ch
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -21,25 +20,13 @@ from engine.patches.prefix_cache.alignment import SnapshotAlignmentError
 from tests.engine.prefix_cache.builders import (
     Pools,
     cache_params,
-    global_server_args,
     pools,
-    prefix_cache_on,
-    server_args,
     wheel,
 )
 
 FLA_CHUNK = 64
 DIMS = [16, 16, 16]  # q, k, v projection widths of the test pool (2 heads x 8)
 HEADS, HEAD_DIM = 2, 8
-
-
-@pytest.fixture
-def glm_args() -> Iterator[Any]:
-    with prefix_cache_on():
-        args = server_args()
-        args._validate_glm5_next_session_ab_boundary()
-        with global_server_args(args):
-            yield args
 
 
 @dataclass

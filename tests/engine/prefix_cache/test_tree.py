@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,22 +14,10 @@ from tests.engine.prefix_cache.builders import (
     Pools,
     cache_params,
     fill_slot,
-    global_server_args,
     pools,
-    prefix_cache_on,
-    server_args,
     slot_values,
     wheel,
 )
-
-
-@pytest.fixture
-def glm_args() -> Iterator[Any]:
-    with prefix_cache_on():
-        args = server_args()
-        args._validate_glm5_next_session_ab_boundary()
-        with global_server_args(args):
-            yield args
 
 
 def _tree(p: Pools) -> Any:
