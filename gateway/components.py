@@ -18,7 +18,7 @@ def load_renderer(render_settings: dict[str, Any]) -> Renderer:
     return build_renderer(RenderSettings.model_validate(render_settings))
 
 
-def load_constraint_builder(family: str) -> DecodingConstraintBuilder | None:
+def load_constraint_builder(family: str) -> DecodingConstraintBuilder:
     """What makes the engine honour tool_choice "required" / a named function."""
     return get_constraint_builder(family)
 

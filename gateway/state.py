@@ -37,7 +37,7 @@ class AppState:
     prober: HealthProber
     renderer: Renderer
     parser_factory: ParserFactory
-    constraint_builder: DecodingConstraintBuilder | None
+    constraint_builder: DecodingConstraintBuilder
     in_flight: int = 0
     # Fire-and-forget work (abort_request calls) kept referenced until done.
     background: set[asyncio.Task[bool]] = field(default_factory=set)

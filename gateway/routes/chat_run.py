@@ -48,6 +48,7 @@ class ChatRun:
         self._request_id = request_id
         # Hashed here, before anything could log it (gateway.routing.session_key).
         self._session_key = request_session_key(chat, session_header, state.settings.routing)
+        self._tool_choice = _tool_choice(chat)
         self._ctx: RequestContext | None = None
         self._replica: Replica | None = None
         self._relay: ChatRelay | None = None
@@ -89,15 +90,14 @@ class ChatRun:
         tag = state.settings.model.reasoning_open_tag
         in_reasoning = bool(tag) and prompt.endswith(tag)
         body = generate_body(chat.request, prompt, self._request_id, state.settings)
-        if state.constraint_builder is not None:
-            constraint = state.constraint_builder(
-                tools=chat.tools, tool_choice=_tool_choice(chat), starts_in_reasoning=in_reasoning
-            )
-            add_constraint(body, constraint)
+        constraint = state.constraint_builder(
+            tools=chat.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
+        )
+        add_constraint(body, constraint)
         # Built before /generate is sent: a tool_choice the parser refuses is a 400 that must
         # not leave a generation running on the engine.
         parser = state.parser_factory(
-            tools=chat.tools, tool_choice=_tool_choice(chat), starts_in_reasoning=in_reasoning
+            tools=chat.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
         )
         engine = await self._open(ctx, body)
         record.mark("upstream_first_byte")
@@ -143,7 +143,7 @@ class ChatRun:
         offload = self._state.settings.render_offload
         kwargs = template_kwargs(chat.request)
         # tool_choice "none": the model is not offered the tools at all, so it cannot call them.
-        tools = None if _tool_choice(chat) == "none" else chat.tools
+        tools = None if self._tool_choice == "none" else chat.tools
         started = time.perf_counter()
         if len(chat.messages) >= offload.min_messages or chat.body_bytes >= offload.min_bytes:
             prompt = await asyncio.to_thread(renderer.render, chat.messages, tools, kwargs)
