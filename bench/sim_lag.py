@@ -25,6 +25,8 @@ from typing import Any
 import httpx
 import orjson
 
+from bench.stats import percentile
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STREAMS = (1, 64, 1000)
 
@@ -144,11 +146,6 @@ def _body(i: int, prompt_tokens: int, output_tokens: int) -> bytes:
     )
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 async def run_level(
     streams: int, rounds: int, port: int, prompt_tokens: int, output_tokens: int
 ) -> list[Sample]:
@@ -185,13 +182,13 @@ def measure(
         "streams": streams,
         "requests": len(samples),
         "time_scale": time_scale,
-        "e2e_ratio_p50": _pct(e2e, 0.5),
-        "e2e_ratio_p99": _pct(e2e, 0.99),
-        "ttft_ratio_p50": _pct(ttft, 0.5),
-        "ttft_ratio_p99": _pct(ttft, 0.99),
-        "e2e_modelled_p50_s": _pct([s.e2e_modelled for s in samples], 0.5),
-        "e2e_measured_p50_s": _pct([s.e2e_measured for s in samples], 0.5),
-        "server_e2e_ratio_p50": _pct([s.e2e_server / s.e2e_modelled for s in samples], 0.5),
+        "e2e_ratio_p50": percentile(e2e, 50),
+        "e2e_ratio_p99": percentile(e2e, 99),
+        "ttft_ratio_p50": percentile(ttft, 50),
+        "ttft_ratio_p99": percentile(ttft, 99),
+        "e2e_modelled_p50_s": percentile([s.e2e_modelled for s in samples], 50),
+        "e2e_measured_p50_s": percentile([s.e2e_measured for s in samples], 50),
+        "server_e2e_ratio_p50": percentile([s.e2e_server / s.e2e_modelled for s in samples], 50),
         "sim_cpu_share": cpu / wall if wall else 0.0,
         "tokens_per_s": tokens / wall if wall else 0.0,
         "sim_cpu_us_per_token": 1e6 * cpu / tokens if tokens else 0.0,

@@ -190,16 +190,12 @@ async def _soak(
     return run
 
 
-def _p(values: list[float], q: float) -> float:
-    return percentile(values, q) if values else float("nan")
-
-
 def _summary(run: Run, clients: int, seconds: float, warmup_s: float) -> dict[str, Any]:
     rows = []
     for index in sorted(run.windows):
         w = run.windows[index]
-        g99 = percentile(w.gateway_ttft, 99) if w.gateway_ttft else float("nan")
-        d99 = percentile(w.direct_ttft, 99) if w.direct_ttft else float("nan")
+        g99 = percentile(w.gateway_ttft, 99)
+        d99 = percentile(w.direct_ttft, 99)
         rows.append(
             {
                 "window": index,
@@ -209,8 +205,8 @@ def _summary(run: Run, clients: int, seconds: float, warmup_s: float) -> dict[st
                 "gateway_ttft_p99_s": g99,
                 "direct_ttft_p99_s": d99,
                 "added_p99_s": g99 - d99,
-                "gateway_e2e_p50_s": _p(w.gateway_e2e, 50),
-                "direct_e2e_p50_s": _p(w.direct_e2e, 50),
+                "gateway_e2e_p50_s": percentile(w.gateway_e2e, 50),
+                "direct_e2e_p50_s": percentile(w.direct_e2e, 50),
             }
         )
     after = [rss for t, rss in run.rss if t >= warmup_s]
