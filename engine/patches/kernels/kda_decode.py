@@ -55,10 +55,15 @@ def _conv_channel(  # type: ignore[no-untyped-def]
     if ROUND_X_PROD:
         prod = rne_bf16(prod)
     acc += prod
-    # Shift left by one token: slot j takes slot j+1 (not yet overwritten), the last takes x.
+    # Shift left by one token: slot j takes slot j+1, the last takes x. A head's channels are
+    # fewer than the program's threads, so several warps hold the same channel: each barrier
+    # makes every copy finish reading a slot before any copy overwrites it (without them the
+    # GPU run raced: a warp read taps another had already shifted).
     for j in tl.static_range(W - 2):
         nxt = tl.load(state_ptr + chan * stride_state_dim + (j + 1) * stride_state_tok, mask=mask)
+        tl.debug_barrier()
         tl.store(state_ptr + chan * stride_state_dim + j * stride_state_tok, nxt, mask=mask)
+    tl.debug_barrier()
     tl.store(
         state_ptr + chan * stride_state_dim + (W - 2) * stride_state_tok,
         x.to(state_ptr.dtype.element_ty),
@@ -248,8 +253,13 @@ def kda_decode_supported(inp: KdaDecodeInputs) -> bool:
     )
 
 
-def kda_decode(inp: KdaDecodeInputs, *, num_warps: int = 8) -> torch.Tensor:
-    """Fused decode step: returns `[1, B, HV, V]` in the activation dtype; states updated."""
+def kda_decode(inp: KdaDecodeInputs, *, num_warps: int = 4) -> torch.Tensor:
+    """Fused decode step: returns `[1, B, HV, V]` in the activation dtype; states updated.
+
+    4 warps: on an H200 (`python -m bench kernels --kda-sweep`, 64 heads of 128) they beat
+    8 at every batch from 1 to 128, and beat the wheel's chain at all of them, where 8 warps
+    lost to it from batch 64 on (fewer registers per program, more programs per SM).
+    """
     qkv = inp.mixed_qkv
     batch = qkv.shape[0]
     heads, k_dim, v_dim = inp.num_heads, inp.head_k_dim, inp.head_v_dim
