@@ -9,7 +9,7 @@ DEBS := prometheus
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv debs demo test test-full lint up down logs bench check-config dashboards
+.PHONY: help venv debs demo test test-full lint up down logs bench check-config dashboards device-checks
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ lint: $(STAMP) ## ruff, mypy --strict, hadolint
 
 bench: $(STAMP) ## CPU-feasible benchmarks against simulators; report in bench-results/
 	$(PY) -m bench all --out bench-results
+
+device-checks: ## on a CUDA host with torch + Triton: the GPU tests, the KDA snapshot check, kernel timings
+	PYTHON=$${PYTHON:-python3} scripts/device-checks.sh
 
 dashboards: $(STAMP) ## regenerate the committed Grafana dashboard JSON from code
 	$(PY) -m monitoring.grafana.generate

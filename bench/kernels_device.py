@@ -29,6 +29,8 @@ MOE_LAYERS = 42  # first_k_dense_replace = 3
 HC_MULT = 4
 EXPERTS = 288
 TOPK = 8
+KDA_HEADS = 64  # linear_num_heads
+KDA_HEAD_DIM = 128  # linear_head_dim
 # Code-read, not countable on a CPU: the wheel's KDA decode runs three causal_conv1d_update
 # launches and one bounded-gate decode launch; the gated RMSNorm after it is one more.
 WHEEL_KDA_DECODE_LAUNCHES = 4
@@ -101,6 +103,91 @@ def _pairs(tokens: int, hidden: int, device: str) -> list[tuple[str, Any, Any]]:
     ]
 
 
+def _kda_pair(tokens: int, device: str, num_warps: int = 8) -> tuple[str, Any, Any] | None:
+    """The KDA decode glue: the wheel's GPU chain (three Triton conv updates, then its
+    bounded-gate decode kernel) vs the fused kernel, at GLM's 64 heads of 128. Needs the
+    unzipped wheel under .cache/ (the CPU tests put it there); None without it."""
+    from engine.patches.kernels.kda_decode import KdaDecodeInputs, kda_decode
+    from tests.engine.kernels.wheel import WheelCode
+    from tests.support.sglang_wheel import CACHE_DIR, SGLANG_KT_VERSION
+
+    root = CACHE_DIR / f"sglang-kt-{SGLANG_KT_VERSION}"
+    if not (root / ".unzipped").exists():
+        return None
+    wheel = WheelCode(root)
+    conv = wheel.module("sglang.srt.layers.attention.mamba.causal_conv1d_triton")
+    ops = wheel.module("sglang.srt.layers.attention.linear.kernels.glm5_next_kda_ops")
+    heads, d, width = KDA_HEADS, KDA_HEAD_DIM, 4
+    dim = heads * d
+    slots = 2 * tokens + 1
+    qkv = torch.randn(tokens, 3 * dim, device=device).bfloat16()
+    states = [torch.randn(slots, width - 1, dim, device=device).bfloat16() for _ in range(3)]
+    weights = [0.5 * torch.randn(dim, width, device=device) for _ in range(3)]
+    gate = torch.randn(tokens, dim, device=device).bfloat16()
+    beta = torch.randn(tokens, heads, device=device).bfloat16()
+    a_log = 0.3 * torch.randn(heads, device=device)
+    dt_bias = 0.1 * torch.randn(dim, device=device)
+    ssm = 0.1 * torch.randn(slots, heads, d, d, device=device)
+    idx = torch.randperm(slots - 1, device=device)[:tokens].to(torch.int32) + 1
+    qsl = torch.arange(tokens + 1, dtype=torch.int32, device=device)
+    # Each side updates its own copy of the states in place, as the engine does.
+    ref_states, ref_ssm = [s.clone() for s in states], ssm.clone()
+
+    def wheel_chain() -> torch.Tensor:
+        q, k, v = (
+            conv.causal_conv1d_update(
+                qkv[:, i * dim : (i + 1) * dim],
+                ref_states[i].transpose(-1, -2),
+                weights[i],
+                None,
+                activation="silu",
+                conv_state_indices=idx,
+            ).reshape(1, tokens, heads, d)
+            for i in range(3)
+        )
+        out: torch.Tensor = ops.glm5_next_safe_decode(
+            A_log=a_log,
+            raw_gate=gate.reshape(1, tokens, heads, d),
+            dt_bias=dt_bias,
+            lower_bound=-5.0,
+            q=q,
+            k=k,
+            v=v,
+            raw_beta=beta.reshape(1, tokens, heads),
+            state_source=ref_ssm,
+            state_indices=idx,
+            query_start_loc=qsl,
+            use_qk_l2norm_in_kernel=True,
+        )
+        return out.reshape(1, tokens, heads, d)
+
+    inputs = KdaDecodeInputs(
+        mixed_qkv=qkv,
+        conv_states=(
+            states[0].transpose(-1, -2),
+            states[1].transpose(-1, -2),
+            states[2].transpose(-1, -2),
+        ),
+        conv_weights=(weights[0], weights[1], weights[2]),
+        conv_biases=(None, None, None),
+        raw_gate=gate,
+        raw_beta=beta,
+        a_log=a_log,
+        dt_bias=dt_bias,
+        ssm_states=ssm,
+        cache_indices=idx,
+        lower_bound=-5.0,
+        num_heads=heads,
+        head_k_dim=d,
+        head_v_dim=d,
+    )
+    return (
+        "KDA decode glue (64 x 128 heads)",
+        wheel_chain,
+        lambda: kda_decode(inputs, num_warps=num_warps),
+    )
+
+
 def _time_us(fn: Callable[[], object]) -> float:
     from triton.testing import do_bench  # type: ignore[import-untyped]
 
@@ -127,18 +214,49 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench kernels")
     parser.add_argument("--tokens", type=int, default=1)
     parser.add_argument("--hidden", type=int, default=4096)
+    parser.add_argument(
+        "--kda-sweep",
+        action="store_true",
+        help="only the KDA decode glue: wheel vs fused (4 and 8 warps) over batch sizes",
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernels: needs a CUDA GPU (the CPU part is `report`, run by `make bench`)")
         return 2
     torch.manual_seed(0)
+    if args.kda_sweep:
+        return _kda_sweep()
     rows = []
-    for op, ref, fused in _pairs(args.tokens, args.hidden, "cuda"):
+    pairs = _pairs(args.tokens, args.hidden, "cuda")
+    kda = _kda_pair(args.tokens, "cuda")
+    if kda is not None:
+        pairs.append(kda)
+    for op, ref, fused in pairs:
         want, got = ref(), fused()
         diff = float((got.float() - want.float()).abs().max())
         rows.append(Row(op, _launches(ref), _launches(fused), _time_us(ref), _time_us(fused), diff))
     print(f"tokens={args.tokens} hidden={args.hidden} device={torch.cuda.get_device_name()}")
     print(_table(rows))
+    return 0
+
+
+def _kda_sweep() -> int:
+    """Where the one-program-per-head decode stops paying: the batch sizes to bound it by."""
+    print(f"KDA decode glue, 64 x 128 heads, {torch.cuda.get_device_name()}")
+    print("| batch | µs wheel | µs fused, 4 warps | µs fused, 8 warps |")
+    print("|---|---|---|---|")
+    for batch in (1, 2, 4, 8, 16, 32, 64, 128):
+        times = []
+        for warps in (4, 8):
+            pair = _kda_pair(batch, "cuda", num_warps=warps)
+            if pair is None:
+                print("KDA sweep: needs the unzipped wheel under .cache/")
+                return 2
+            _, ref, fused = pair
+            if warps == 4:
+                times.append(_time_us(ref))
+            times.append(_time_us(fused))
+        print(f"| {batch} | " + " | ".join(f"{t:.1f}" for t in times) + " |")
     return 0
 
 

@@ -110,7 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--decode", type=int, default=300, help="decode steps after prefill")
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--atol", type=float, default=2e-2, help="max abs diff allowed")
+    # Same kernels in the same order on both sides: an H200 gave exactly 0 on every check and
+    # 3.6e-2 for the zeroed-slot control, so 1e-3 leaves the control a 10x margin to fail by.
+    parser.add_argument("--atol", type=float, default=1e-3, help="max abs diff allowed")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
