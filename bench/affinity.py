@@ -50,6 +50,9 @@ class AffinityConfig:
     time_scale: float
     routers: tuple[str, ...]
     think_s: float
+    seed: int = 0
+    # Hardware seconds over which sessions start (None: one mean pause, think_s).
+    ramp_s: float | None = None
 
 
 def _sim_args(cfg: AffinityConfig, slots: int) -> list[str]:
@@ -74,11 +77,15 @@ def _router(name: str, urls: list[str]) -> Iterator[Proc]:
         args += ["--worker-urls", *urls, "--log-level", "warn"]
         proc = start_process("sglang_router", args, health_path="/health", ready_timeout=60.0)
     else:
+        # "flashbox:no_spill": the same placement with spilling off (an ablation).
+        policy, _, variant = name.partition(":")
         env = {
-            "FLASHBOX_ROUTING__POLICY": name,
+            "FLASHBOX_ROUTING__POLICY": policy,
             "FLASHBOX_LIMITS__MAX_BODY_BYTES": str(64 * 1024 * 1024),
             "FLASHBOX_API_KEYS": "",
         }
+        if variant == "no_spill":
+            env["FLASHBOX_ROUTING__SPILL"] = "false"
         proc = start_gateway(urls, env=env)
     try:
         yield proc
@@ -130,14 +137,33 @@ def run_router(cfg: AffinityConfig, name: str) -> tuple[dict[str, Any], list[Tur
                 send_session_header=not name.startswith("smg"),
                 timeout_s=3600.0,
                 think_s=cfg.think_s,
+                seed=cfg.seed,
+                ramp_s=cfg.ramp_s,
             )
             started = time.perf_counter()
             turns = asyncio.run(run_sessions(sessions_cfg, _headers_for(name)))
             wall = time.perf_counter() - started
+            evictions = {sim.url: _evictions(sim) for sim in sims}
+            router_log = proc.log()
     finally:
         for sim in sims:
             sim.stop()
-    return summarize_turns(turns), turns, wall
+    summary = summarize_turns(turns)
+    summary["checkpoint_evictions"] = evictions
+    summary["router_log"] = _routing_lines(router_log)
+    return summary, turns, wall
+
+
+def _evictions(sim: Proc) -> int:
+    """Checkpoints the replica's pool evicted while the sessions ran."""
+    info = httpx.get(sim.url + "/server_info", timeout=10.0).json()
+    return int(info.get("checkpoint_evictions", 0))
+
+
+def _routing_lines(text: str) -> list[str]:
+    """The gateway's placement log (spills, placements over budget, verified misses)."""
+    marks = ("spill:", "over budget:", "verified miss")
+    return [line for line in text.splitlines() if any(m in line for m in marks)]
 
 
 def run_all(cfg: AffinityConfig, out_dir: Path | None) -> dict[str, dict[str, Any]]:
@@ -163,14 +189,15 @@ def run_all(cfg: AffinityConfig, out_dir: Path | None) -> dict[str, dict[str, An
 def markdown(cfg: AffinityConfig, results: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| router | checkpoint hits (eligible turns) | TTFT p50 s, turns >= 2 | "
-        "TTFT p95 s, turns >= 2 | errors | wall s |",
-        "|---|---|---|---|---|---|",
+        "TTFT p95 s, turns >= 2 | checkpoint evictions | errors | wall s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         ttft = r["ttft_later_turns"]
         lines.append(
             f"| {name} | {r['hit_ratio']:.1%} ({r['hits']}/{r['eligible']}) | "
-            f"{ttft['p50']:.1f} | {ttft['p95']:.1f} | {r['errors']} | {r['wall_s']:.0f} |"
+            f"{ttft['p50']:.1f} | {ttft['p95']:.1f} | {sum(r['checkpoint_evictions'].values())} | "
+            f"{r['errors']} | {r['wall_s']:.0f} |"
         )
     lines.append("")
     lines.extend(_goals(results))
@@ -198,6 +225,12 @@ def _goals(results: dict[str, dict[str, Any]]) -> list[str]:
             f"{fb['hit_ratio']:.1%} and {p50:.1f} s."
         )
     out.append(f"- flashbox hit ratio {fb['hit_ratio']:.1%} (goal >= 99% while capacity exists).")
+    log = fb.get("router_log", [])
+    out.append(
+        f"- flashbox placement log: {sum('spill:' in line for line in log)} spills, "
+        f"{sum('over budget:' in line for line in log)} sessions placed over budget, "
+        f"{sum('verified miss' in line for line in log)} verified misses."
+    )
     return out
 
 
@@ -227,6 +260,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=400.0,
         help="mean hardware seconds between turns of a session",
     )
+    p.add_argument("--seed", type=int, default=0, help="varies pauses and start times")
+    # With the default (sessions start within one mean pause), the cold first turns arrive
+    # faster than the replicas can prefill them (44 x ~22 s per replica within 400 s), and the
+    # second turns queue behind them: their TTFT p95 is that queue, the same for every router.
+    # A ramp as long as the pool needs to prefill every first turn measures turns >= 2 at a
+    # load the replicas sustain.
+    p.add_argument(
+        "--ramp",
+        type=float,
+        default=None,
+        help="hardware seconds over which sessions start (default: --think)",
+    )
     p.add_argument("--routers", default=",".join(ROUTERS))
     p.add_argument("--out", type=Path, default=None)
     return p
@@ -255,6 +300,8 @@ def config_from_args(args: argparse.Namespace) -> AffinityConfig:
         time_scale=args.time_scale,
         routers=tuple(r for r in args.routers.split(",") if r),
         think_s=args.think,
+        seed=args.seed,
+        ramp_s=args.ramp,
     )
 
 
@@ -275,7 +322,9 @@ def _scenario(title: str, cfg: AffinityConfig, results: dict[str, dict[str, Any]
             f"({cfg.max_running} running requests each), {cfg.sessions} concurrent sessions "
             f"(the pool's session budget) x {cfg.turns} turns, ~{cfg.base_tokens // 1000}k-token "
             f"base prompt + {cfg.growth_tokens} tokens a turn, {cfg.max_tokens} output tokens, "
-            f"{cfg.think_s:.0f} s mean pause between turns, time scale {cfg.time_scale}.",
+            f"{cfg.think_s:.0f} s mean pause between turns, sessions starting within the first "
+            f"{cfg.think_s if cfg.ramp_s is None else cfg.ramp_s:.0f} s, seed {cfg.seed}, "
+            f"time scale {cfg.time_scale}.",
             "",
             markdown(cfg, results),
         ]
@@ -284,7 +333,7 @@ def _scenario(title: str, cfg: AffinityConfig, results: dict[str, dict[str, Any]
 
 def report(out_dir: Path) -> str:
     """`make bench`: the issue's 3 x 192 slots and 16 running requests scaled down by 4
-    (3 x 48 slots, 4 running, 66 sessions), all routers; then a pool of unequal replicas
+    (3 x 48 slots, 4 running, 132 sessions), all routers; then a pool of unequal replicas
     (48/48/24 slots), where knowing each replica's capacity matters."""
     even = config_from_args(build_parser().parse_args([]))
     uneven = config_from_args(
@@ -304,7 +353,7 @@ def report(out_dir: Path) -> str:
             "TTFT in reference-hardware seconds (wall / time scale); 2 shared CPU cores. Hits: "
             "eligible turns (>= 2) whose cached tokens cover the previous prompt rounded down to "
             "the track interval. Full size: `python -m bench affinity --slots 192 "
-            "--max-running 16` (264 sessions).",
+            "--max-running 16` (528 sessions).",
             "",
             _scenario("Equal replicas", even, run_all(even, out_dir / "equal")),
             "",

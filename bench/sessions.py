@@ -71,6 +71,10 @@ class SessionsConfig:
     # Mean pause between a reply and the next turn (tools running, a person reading), in
     # hardware seconds; sessions also start spread over one mean pause. 0 = back to back.
     think_s: float = 0.0
+    # Varies the pauses and start times (0: the original draws, one generator per session).
+    seed: int = 0
+    # Sessions start spread evenly over this many hardware seconds (None: one mean pause).
+    ramp_s: float | None = None
 
 
 @dataclass
@@ -85,6 +89,8 @@ class TurnResult:
     hit: bool
     replica: str | None
     error: str | None
+    # When the turn was sent, hardware seconds since its session's first turn could start.
+    sent_s: float = 0.0
 
 
 HeaderFn = Callable[[int], Mapping[str, str]]
@@ -116,7 +122,7 @@ async def run_session(
     index: int,
     extra_headers: HeaderFn | None = None,
 ) -> list[TurnResult]:
-    rng = random.Random(index)
+    rng = random.Random(index + cfg.seed * 1_000_003)
     base = synthetic_text(int(cfg.base_tokens * cfg.chars_per_token), seed=index)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": f"session {index}. {base}"},
@@ -131,8 +137,11 @@ async def run_session(
         headers.update(extra_headers(index))
     results: list[TurnResult] = []
     previous_prompt = 0
-    if cfg.think_s > 0:
-        await asyncio.sleep(rng.uniform(0, cfg.think_s) * cfg.time_scale)
+    loop = asyncio.get_running_loop()
+    origin = loop.time()
+    ramp = cfg.think_s if cfg.ramp_s is None else cfg.ramp_s
+    if ramp > 0:
+        await asyncio.sleep(rng.uniform(0, ramp) * cfg.time_scale)
     for turn in range(1, cfg.turns + 1):
         if turn > 1 and cfg.think_s > 0:
             await asyncio.sleep(rng.expovariate(1 / cfg.think_s) * cfg.time_scale)
@@ -143,6 +152,7 @@ async def run_session(
             "max_tokens": cfg.max_tokens,
             "temperature": 0,
         }
+        sent = loop.time()
         record = await stream_chat(client, cfg.url.rstrip("/") + "/chat/completions", body, headers)
         eligible = turn >= 2 and previous_prompt >= cfg.track_interval
         floor = previous_prompt // cfg.track_interval * cfg.track_interval
@@ -158,6 +168,7 @@ async def run_session(
                 hit=eligible and record.cached_tokens >= floor > 0,
                 replica=record.replica,
                 error=record.error,
+                sent_s=(sent - origin) / cfg.time_scale,
             )
         )
         if not record.ok:

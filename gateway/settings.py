@@ -125,6 +125,9 @@ class RoutingSettings(_Section):
     # Spill cost model (FACTS.md section 2): a hit's TTFT, the cold prefill rate at 60k, and the
     # time one request holds a running slot (prefill + decode), all in engine seconds.
     spill: bool = True
+    # New sessions: how far past its share of the pool's checkpoint budget a replica may fill
+    # before the next rendezvous choice takes the session (bounded loads); 0 = strict balance.
+    balance_slack: float = Field(default=0.1, ge=0)
     hit_ttft_s: float = Field(default=10.0, gt=0)
     prefill_tokens_per_s: float = Field(default=1273.0, gt=0)
     service_s: float = Field(default=20.0, gt=0)

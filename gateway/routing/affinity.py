@@ -1,9 +1,11 @@
 """Checkpoint-aware session affinity: the `flashbox` routing policy, and its baselines.
 
 flashbox: a session's first turn goes to its first rendezvous choice that has room in its
-checkpoint budget (gateway.routing.capacity); the pin table sends every later turn back there.
-A pin moves only when its replica fails or drains (to the session's next rendezvous choice with
-room: "failover") or when waiting there costs more than re-prefilling elsewhere ("spill").
+checkpoint budget (gateway.routing.capacity) and is within its share of the sessions (bounded
+loads); the pin table sends every later turn back there. A pin moves only when its replica
+fails or drains (to the session's next rendezvous choice with room: "failover") or when waiting
+there costs more than the misses a move causes, and a replica with a free running slot can take
+it ("spill").
 Each pinned turn is verified once it ends: the engine's cached tokens must cover the session's
 previous prompt rounded down to the track interval ("hit"), else "verified_miss".
 
@@ -14,6 +16,7 @@ and round_robin.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -110,8 +113,16 @@ class AffinityPicker:
         if self._settings.spill:
             target = self._spill_target(ctx, key, pinned, usable)
             if target is not None:
+                log.info(
+                    "spill: session %s from %s to %s (%s)",
+                    key[:12],
+                    pinned.name,
+                    target.name,
+                    self._budgets(usable),
+                )
                 self.pins.put(key, target.name, now, leaves_checkpoint=True)
-                return self._chosen(ctx, target, "spill", None, now)
+                # Pending too: its prompt is what the next turn's verification expects there.
+                return self._chosen(ctx, target, "spill", _Pending(key, "spill", 0), now)
         interval = capacity.track_interval(pinned, self._settings)
         expected = pin.last_prompt_tokens // interval * interval
         return self._chosen(ctx, pinned, "pinned", _Pending(key, "pinned", expected), now)
@@ -120,31 +131,72 @@ class AffinityPicker:
         self, ctx: RequestContext, key: str, usable: list[Replica], affinity: str, now: float
     ) -> AffinityPick:
         choices = ranked(key, usable)
-        target = next((r for r in choices if self._has_room(r)), None)
-        if target is None:
+        roomy = [r for r in choices if self._has_room(r)]
+        if not roomy:
             # Every budget is full: evictions will happen somewhere; spread them evenly.
             target = min(choices, key=self._fill)
+            log.info(
+                "over budget: session %s %s to %s (%s)",
+                key[:12],
+                affinity,
+                target.name,
+                self._budgets(usable),
+            )
+        elif affinity == "new":
+            target = self._bounded(roomy, usable)
+        else:
+            # Failover: the next rendezvous choice with room, as every gateway would pick it.
+            target = roomy[0]
         self.pins.put(key, target.name, now)
         return self._chosen(ctx, target, affinity, _Pending(key, affinity, 0), now)
+
+    def _bounded(self, roomy: list[Replica], usable: list[Replica]) -> Replica:
+        """Rendezvous with bounded loads: the first choice whose share of the sessions stays
+        within (1 + routing.balance_slack) of its share of the pool's budget. A replica that
+        the hash favours while sessions arrive would otherwise queue their cold first turns
+        (and so the next turns behind them) while the others idle."""
+        budgets = {r.name: capacity.session_budget(r, self._settings) for r in usable}
+        total_budget = sum(budgets.values())
+        sessions = sum(self.pins.charged(r.name) for r in usable) + 1
+        for replica in roomy:
+            share = sessions * budgets[replica.name] / total_budget
+            bound = math.ceil(share * (1 + self._settings.balance_slack))
+            if self.pins.charged(replica.name) + 1 <= bound:
+                return replica
+        return min(roomy, key=self._fill)
 
     def _spill_target(
         self, ctx: RequestContext, key: str, pinned: Replica, usable: list[Replica]
     ) -> Replica | None:
+        """A pinned session leaves only for a replica with a free running slot and room in its
+        budget, and only when the wait at its own replica costs more than two misses: its own,
+        and the one its stale checkpoint causes once the pool is full (it outlives the
+        checkpoints of the sessions still pinned where it was, so LRU takes one of theirs).
+        A re-prefill added to a queue delays everyone behind it, and under load every replica
+        has one."""
         settings = self._settings
         stay = capacity.wait_s(pinned, settings)
-        if stay == 0.0:
+        if stay <= 2 * capacity.miss_extra_s(len(ctx.prompt), settings):
             return None
-        cost = capacity.miss_extra_s(len(ctx.prompt), settings)
-        others = [r for r in ranked(key, usable) if r is not pinned and self._has_room(r)]
-        if not others:
-            return None
-        target = min(others, key=lambda r: capacity.wait_s(r, settings))
-        if stay > cost + capacity.wait_s(target, settings):
-            return target
-        return None
+        return next(
+            (
+                r
+                for r in ranked(key, usable)
+                if r is not pinned and capacity.wait_s(r, settings) == 0.0 and self._has_room(r)
+            ),
+            None,
+        )
 
     def _has_room(self, replica: Replica) -> bool:
         return self.pins.charged(replica.name) < capacity.session_budget(replica, self._settings)
+
+    def _budgets(self, replicas: Sequence[Replica]) -> str:
+        """For the log: each replica's charged sessions / budget, and requests open there."""
+        return ", ".join(
+            f"{r.name} {self.pins.charged(r.name)}/"
+            f"{capacity.session_budget(r, self._settings)} open {r.in_flight}"
+            for r in replicas
+        )
 
     def _fill(self, replica: Replica) -> float:
         return self.pins.charged(replica.name) / capacity.session_budget(replica, self._settings)

@@ -4,8 +4,9 @@ Session budget. A session's turn touches the checkpoint it restores from (the en
 until LRU eviction) and adds a new one when it ends; a running request also holds its prompt's
 checkpoint. A session's latest checkpoint survives until its next turn only if everything
 touched meanwhile fits in the pool. In the worst case every other session takes a turn in
-between: with S slots, R running requests, N sessions and k = checkpoints_per_session (2),
-k (N - 1) + R + 1 <= S, so N = (S - R - 1) / k + 1 (88 sessions for 192 slots, 16 running).
+between: with S slots, R running requests, N sessions and k = checkpoints_per_session,
+k (N - 1) + R + 1 <= S, so N = (S - R - 1) / k + 1 (176 sessions for 192 slots, 16 running and
+k = 1: superseded checkpoints are evicted first; 88 with k = 2).
 
 Spilling a pinned session costs a miss: its whole context is prefilled again instead of only the
 new suffix. Staying costs the wait for a running slot at its replica. Both in engine seconds:
@@ -13,7 +14,10 @@ new suffix. Staying costs the wait for a running slot at its replica. Both in en
     miss_extra_s(tokens) = max(0, tokens / prefill_tokens_per_s - hit_ttft_s)
     wait_s(replica)      = max(0, in_flight + 1 - max_running) * service_s / max_running
 
-A pinned session spills only when wait_s(pinned) > miss_extra_s(context) + wait_s(target).
+A pinned session spills only when wait_s(pinned) > 2 miss_extra_s(context) — its own miss, and
+the one its stale checkpoint causes in the pool it left once that pool is full — and only to a
+replica with a free running slot (wait_s = 0) and room in its budget: a re-prefill added to
+another queue delays everyone behind it.
 """
 
 from __future__ import annotations

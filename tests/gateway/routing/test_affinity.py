@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -60,8 +61,9 @@ def test_sessions_stay_and_turns_are_verified() -> None:
 
 
 def test_new_sessions_follow_rendezvous_and_respect_budgets() -> None:
+    # A slack this large never binds: rendezvous alone, within the checkpoint budgets.
     picker, replicas, counts, _ = make(
-        checkpoint_slots=9, max_running_requests=2, checkpoints_per_session=2.0
+        balance_slack=100.0, checkpoint_slots=9, max_running_requests=2, checkpoints_per_session=2.0
     )
     # Budget (9 - 2 - 1) / 2 + 1 = 4 sessions per replica: 12 fit, none over budget.
     for i in range(12):
@@ -74,6 +76,30 @@ def test_new_sessions_follow_rendezvous_and_respect_budgets() -> None:
     # Beyond every budget: the least full replica.
     picker.pick(ctx("extra", rid="extra"))
     assert sorted(picker.live_sessions(r) for r in replicas) == [4, 4, 5]
+
+
+def test_new_sessions_keep_within_their_share_of_the_pool() -> None:
+    # Rendezvous with bounded loads: a replica takes a new session only while its sessions
+    # stay within (1 + slack) of its share of the pool's budget; the rest go to the next choice.
+    picker, replicas, counts, _ = make(checkpoint_slots=100, max_running_requests=4)
+    keys = [f"s{i}" for i in range(60)]
+    for i, key in enumerate(keys, start=1):
+        replica = picker.pick(ctx(key, rid=key)).replica
+        bound = math.ceil(i / 3 * 1.1)
+        assert all(picker.live_sessions(r) <= bound for r in replicas)
+        if replica is not ranked(key, replicas)[0]:
+            assert picker.live_sessions(ranked(key, replicas)[0]) == bound
+    assert counts == {"new": 60}
+    assert max(picker.live_sessions(r) for r in replicas) == 22
+    # Unequal budgets (96 and 48 sessions): the bounds follow the budgets, 2/3 and 1/3.
+    picker, replicas, _, _ = make(2, checkpoint_slots=100, max_running_requests=4)
+    replicas[1].checkpoint_slots = 52
+    for i in range(90):
+        picker.pick(ctx(f"u{i}", rid=str(i)))
+    big, small = (picker.live_sessions(r) for r in replicas)
+    assert big + small == 90
+    assert big <= 66
+    assert small <= 33
 
 
 def test_adding_a_replica_moves_no_pin() -> None:
@@ -120,19 +146,44 @@ def test_spill_only_when_waiting_costs_more_than_reprefilling() -> None:
     picker, replicas, counts, _ = make(2, max_running_requests=4, service_s=20.0)
     home = turn(picker, "s", 1000, 0)
     other = replicas[1] if home is replicas[0] else replicas[0]
-    # 60k tokens (240k chars): a miss costs 60k / 1273 - 10 = ~37 s more than a hit.
+    # 60k tokens (240k chars): a miss costs 60k / 1273 - 10 = ~37 s more than a hit, and a
+    # spill two of them (its own, and the one its stale checkpoint causes): ~74 s.
     big = "x" * 240_000
-    home.in_flight = 8  # 5 queued ahead: 5 * 20 / 4 = 25 s of wait < 37 s
+    home.in_flight = 16  # 13 queued ahead: 13 * 20 / 4 = 65 s of wait < 74 s
     assert picker.pick(ctx("s", rid="t2", prompt=big)).replica is home
     picker.report(ctx("s", rid="t2"), home, Outcome.OK, prompt_tokens=1200, cached_tokens=768)
-    home.in_flight = 16  # 13 queued: 65 s > 37 s
-    assert picker.pick(ctx("s", rid="t3", prompt=big)).replica is other
+    home.in_flight = 20  # 17 queued: 85 s > 74 s
+    # ... but the other replica's running slots are all taken: the re-prefill would queue there
+    # and delay everyone behind it, so the session stays.
+    other.in_flight = 4
+    assert picker.pick(ctx("s", rid="t3", prompt=big)).replica is home
+    picker.report(ctx("s", rid="t3"), home, Outcome.OK, prompt_tokens=1500, cached_tokens=1024)
+    other.in_flight = 3  # a free running slot there: it spills
+    spill = ctx("s", rid="t4", prompt=big)
+    assert picker.pick(spill).replica is other
     assert counts["spill"] == 1
+    picker.report(spill, other, Outcome.OK, prompt_tokens=2000, cached_tokens=0)
+    # The next turn there is verified against the spilled turn's prompt.
+    home.in_flight = 0
+    assert turn(picker, "s", 2500, 0) is other
+    assert counts["verified_miss"] == 1
     # A small context spills sooner: re-prefilling 4k tokens costs nothing over a hit.
     picker2, _replicas2, _, _ = make(2, max_running_requests=4)
     home2 = turn(picker2, "s", 1000, 0)
     home2.in_flight = 4
     assert picker2.pick(ctx("s", rid="t2", prompt="x" * 16_000)).replica is not home2
+
+
+def test_no_spill_when_every_other_budget_is_taken() -> None:
+    # Budget (3 - 1 - 1) / 1 + 1 = 2 sessions per replica, and both replicas hold two: a spill
+    # would push another session's checkpoint out wherever it went, so the session waits.
+    picker, replicas, counts, _ = make(2, checkpoint_slots=3, max_running_requests=1)
+    homes = {key: turn(picker, key, 1000, 0) for key in ("a", "b", "c", "d")}
+    assert sorted(picker.live_sessions(r) for r in replicas) == [2, 2]
+    home = homes["a"]
+    home.in_flight = 10
+    assert picker.pick(ctx("a", rid="t2", prompt="x" * 240_000)).replica is home
+    assert counts["spill"] == 0
 
 
 def test_baseline_policies() -> None:
@@ -210,7 +261,7 @@ def test_picker_pin_table_stays_within_its_bound() -> None:
 def test_a_spill_keeps_charging_the_replica_it_left_until_its_sessions_move_on() -> None:
     # Budget (3 - 1 - 1) / 1 + 1 = 2 sessions per replica.
     picker, replicas, counts, clock = make(
-        checkpoint_slots=3, max_running_requests=1, checkpoints_per_session=1.0
+        balance_slack=100.0, checkpoint_slots=3, max_running_requests=1, checkpoints_per_session=1.0
     )
     a, b, c = replicas
     # Sessions by rendezvous order: two that rank a, b first; one that ranks b first; a third
