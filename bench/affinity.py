@@ -53,6 +53,8 @@ class AffinityConfig:
     seed: int = 0
     # Hardware seconds over which sessions start (None: one mean pause, think_s).
     ramp_s: float | None = None
+    # The engines' --schedule-policy (the simulator models fcfs and lpm).
+    schedule_policy: str = "lpm"
 
 
 def _sim_args(cfg: AffinityConfig, slots: int) -> list[str]:
@@ -66,6 +68,8 @@ def _sim_args(cfg: AffinityConfig, slots: int) -> list[str]:
         # Every session at once: the default queue bound would refuse some.
         "--max-queued-requests",
         str(max(4096, cfg.sessions * 2)),
+        "--schedule-policy",
+        cfg.schedule_policy,
     ]
 
 
@@ -243,6 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-running", type=int, default=4)
     p.add_argument("--track-interval", type=int, default=256)
     p.add_argument(
+        "--schedule-policy",
+        choices=("fcfs", "lpm"),
+        default="lpm",
+        help="the engines' queue order (SGLang's --schedule-policy; the engine profiles set lpm)",
+    )
+    p.add_argument(
         "--sessions", type=int, default=0, help="default: the replicas' session budgets, summed"
     )
     p.add_argument("--turns", type=int, default=6)
@@ -302,6 +312,7 @@ def config_from_args(args: argparse.Namespace) -> AffinityConfig:
         think_s=args.think,
         seed=args.seed,
         ramp_s=args.ramp,
+        schedule_policy=args.schedule_policy,
     )
 
 

@@ -92,6 +92,7 @@ def _serving(b: _Builder) -> None:
     b.optional("--context-length", p.scheduling.context_length)
     b.optional("--chunked-prefill-size", p.scheduling.chunked_prefill_size)
     b.optional("--max-running-requests", p.scheduling.max_running_requests)
+    b.optional("--schedule-policy", p.scheduling.schedule_policy)
     b.flag("--watchdog-timeout", p.server.watchdog_timeout_s)
     b.optional("--tool-call-parser", p.server.tool_call_parser)
     b.optional("--reasoning-parser", p.server.reasoning_parser)

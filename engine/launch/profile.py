@@ -100,6 +100,10 @@ class SchedulingSection(_Section):
     context_length: int | None = Field(default=None, ge=1)
     chunked_prefill_size: int | None = Field(default=None, ge=1)
     max_running_requests: int | None = Field(default=None, ge=1)
+    # SGLang's queue order. lpm admits the waiting prompts with the longest cached prefix
+    # first: a turn whose checkpoint is live (~10 s) is not queued behind cold first turns
+    # (~100 s each). SGLang falls back to fcfs with more than 128 waiting, or no radix cache.
+    schedule_policy: Literal["fcfs", "lpm"] | None = None
 
 
 class PrefixCacheSection(_Section):

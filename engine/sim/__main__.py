@@ -39,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024 * 1024)
     p.add_argument("--max-running-requests", type=int)
     p.add_argument("--max-queued-requests", type=int)
+    p.add_argument("--schedule-policy", choices=("fcfs", "lpm"), help="as SGLang's flag")
     p.add_argument("--reasoning-tokens", type=int, help="default reasoning length")
     p.add_argument("--content-tokens", type=int, help="default content length")
     p.add_argument("--tool-calls", help="'auto' or a count")
@@ -102,6 +103,7 @@ def settings_from_args(argv: list[str]) -> SimSettings:
         ("max_running_requests", "max_running_requests"),
         ("context_length", "context_length"),
         ("max_queued_requests", "max_queued_requests"),
+        ("schedule_policy", "schedule_policy"),
         ("reasoning_tokens", "reasoning_tokens"),
         ("content_tokens", "content_tokens"),
     ):

@@ -38,6 +38,7 @@ class SimEngine:
             max_running=profile.max_running_requests,
             max_queued=profile.max_queued_requests,
             prefill_batch_tokens=profile.prefill_batch_tokens,
+            schedule_policy=profile.schedule_policy,
             eos_token_id=profile.eos_token_ids[0] if profile.eos_token_ids else 0,
             max_total_tokens=profile.max_total_tokens,
             filler=self._filler,

@@ -30,6 +30,7 @@ class Profile:
     max_queued_requests: int
     max_total_tokens: int
     prefill_batch_tokens: int
+    schedule_policy: str  # SCHEDULE_POLICIES
     checkpoint_slots: int
     track_interval: int
     bytes_per_token: int
@@ -42,6 +43,11 @@ class Profile:
     content_tokens: int
     tool_calls: int | None  # None = "auto"
     max_auto_tool_calls: int
+
+
+# SGLang's --schedule-policy values the simulator models: first come first served, and
+# longest prefix match (waiting prompts with the longest cached prefix go first).
+SCHEDULE_POLICIES = ("fcfs", "lpm")
 
 
 def _section(doc: dict[str, Any], name: str) -> dict[str, Any]:
@@ -80,6 +86,13 @@ def _non_negative_float(section: dict[str, Any], key: str) -> float:
     return float(value)
 
 
+def _policy(section: dict[str, Any]) -> str:
+    value = section.get("schedule_policy", "fcfs")
+    if value not in SCHEDULE_POLICIES:
+        raise ProfileError(f"scheduler.schedule_policy must be one of {SCHEDULE_POLICIES}")
+    return str(value)
+
+
 def parse_profile(doc: dict[str, Any]) -> Profile:
     model = _section(doc, "model")
     sched = _section(doc, "scheduler")
@@ -102,6 +115,7 @@ def parse_profile(doc: dict[str, Any]) -> Profile:
         max_queued_requests=_positive_int(sched, "max_queued_requests"),
         max_total_tokens=_positive_int(sched, "max_total_tokens"),
         prefill_batch_tokens=_positive_int(sched, "prefill_batch_tokens"),
+        schedule_policy=_policy(sched),
         checkpoint_slots=_positive_int(ckpt, "slots"),
         track_interval=_positive_int(ckpt, "track_interval"),
         bytes_per_token=_positive_int(tok, "bytes_per_token"),

@@ -25,6 +25,10 @@ from engine.sim.requests import SimRequestError
 from engine.sim.state import Phase, SimRequest
 from engine.sim.tokens import piece_id
 
+# SGLang falls back to first come first served above this many waiting requests (the prefix
+# matching gets expensive): srt/managers/schedule_policy.py, _determine_active_policy.
+LPM_MAX_QUEUE = 128
+
 
 class QueueFullError(RuntimeError):
     """More live requests than the configured queue and running bounds allow."""
@@ -44,6 +48,7 @@ class Scheduler:
         eos_token_id: int,
         max_total_tokens: int,
         filler: Callable[[SimRequest], list[str]],
+        schedule_policy: str = "fcfs",
     ) -> None:
         self.perf = perf
         self.pool = pool
@@ -52,6 +57,7 @@ class Scheduler:
         self.max_running = max_running
         self.max_queued = max_queued
         self.prefill_batch_tokens = prefill_batch_tokens
+        self.schedule_policy = schedule_policy
         self.eos_token_id = eos_token_id
         self.max_total_tokens = max_total_tokens
         self._filler = filler
@@ -176,6 +182,16 @@ class Scheduler:
     def _admit(self) -> list[SimRequest]:
         batch: list[SimRequest] = []
         new_tokens = 0
+        if (
+            self.schedule_policy == "lpm"
+            and 1 < len(self._queue) <= LPM_MAX_QUEUE
+            and len(self._running) < self.max_running
+        ):
+            # SGLang's LPM: the longest cached prefix first, ties in arrival order (a stable
+            # sort). Its prefix match refreshes the matched checkpoints' LRU position, as
+            # match() does here.
+            lengths = {id(r): self.pool.match(r.prompt)[0] for r in self._queue}
+            self._queue = deque(sorted(self._queue, key=lambda r: -lengths[id(r)]))
         while self._queue and len(self._running) + len(batch) < self.max_running:
             req = self._queue[0]
             if req.done:

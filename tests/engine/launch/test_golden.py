@@ -89,6 +89,7 @@ def test_reference_host_carries_the_tuned_settings(tmp_path: Path) -> None:
     assert _flag(plan, "--kt-num-gpu-experts") == ["0"]
     assert _flag(plan, "--kt-gpu-prefill-token-threshold") == ["2048"]
     assert _flag(plan, "--chunked-prefill-size") == ["16384"]
+    assert _flag(plan, "--schedule-policy") == ["lpm"]
     assert _flag(plan, "--cuda-graph-bs") == ["1", "2", "4"]
     assert _flag(plan, "--kv-cache-dtype") == ["fp8_e4m3"]
     assert _flag(plan, "--attention-backend") == ["nsa"]
