@@ -194,10 +194,18 @@ def serve_profiled(profile_out: Path) -> None:
     from gateway.app import create_app
     from gateway.settings import load_settings
 
+    # CPU time, not wall time: on a shared box wall time charges preemption to whatever ran.
+    profiler = cProfile.Profile(time.process_time)
+
     class _Server(uvicorn.Server):
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
             yield
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            # Requests only: start-up (template compilation, clients) is not the hot path.
+            profiler.enable()
 
     settings = load_settings()
     config = uvicorn.Config(
@@ -215,9 +223,6 @@ def serve_profiled(profile_out: Path) -> None:
         loop.add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
         await server.serve()
 
-    # CPU time, not wall time: on a shared box wall time charges preemption to whatever ran.
-    profiler = cProfile.Profile(time.process_time)
-    profiler.enable()
     try:
         uvloop_run(serve())
     finally:

@@ -169,11 +169,15 @@ class AdmissionController:
 
 
 class AdmissionMiddleware:
-    """Applies an AdmissionController to POST /v1/chat/completions; other paths pass."""
+    """Applies an AdmissionController to POST /v1/chat/completions and serves it with `chat`
+    (an ASGI app: gateway.routes.chat.serve_chat); other requests go on to `app`."""
 
-    def __init__(self, app: ASGIApp, *, controller: AdmissionController) -> None:
+    def __init__(
+        self, app: ASGIApp, *, controller: AdmissionController, chat: ASGIApp | None = None
+    ) -> None:
         self.app = app
         self.controller = controller
+        self.chat = chat or app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != CHAT_PATH or scope["method"] != "POST":
@@ -182,7 +186,7 @@ class AdmissionMiddleware:
         state: AppState = scope["app"].state.flashbox
         if not _authorized(state, scope):
             # The route answers 401; an unauthenticated client must not take or wait for a slot.
-            await self.app(scope, receive, send)
+            await self.chat(scope, receive, send)
             return
         scope_state = scope.setdefault("state", {})
         entry = Ticket(scope_state, state)
@@ -195,7 +199,7 @@ class AdmissionMiddleware:
             await _send_error(send, exc)
             return
         try:
-            await self.app(scope, receive, send)
+            await self.chat(scope, receive, send)
         finally:
             self.controller.release(entry)
 

@@ -93,28 +93,25 @@ class EngineStream:
         self._idle_s = idle_s
         self._deadline: float | None = None
         # The wire client times its reads itself: it takes the deadline into its one timer.
-        self._timed_here = not isinstance(response, WireResponse)
-        if isinstance(response, WireResponse):
-            response.deadline = self._next_deadline
-
-    async def events(self) -> AsyncIterator[EngineEvent]:
-        try:
-            async for event in self._events():
-                yield event
-        except TimeoutError as exc:
-            if self._got_output:
-                raise UpstreamTimeoutError(
-                    f"The engine sent nothing for {self._idle_s:g}s mid-answer "
-                    "(timeouts.stream_idle_s).",
-                    code="stream_idle_timeout",
-                ) from exc
-            raise UpstreamTimeoutError(
-                "The engine produced no output before the first-token deadline "
-                "(timeouts.first_token_s).",
-                code="first_token_timeout",
-            ) from exc
+        self._wire = response if isinstance(response, WireResponse) else None
+        if self._wire is not None:
+            self._wire.deadline = self._next_deadline
 
     _got_output = False
+
+    def _timeout_error(self) -> UpstreamTimeoutError:
+        """One of our deadlines passed: first-token before any output, idle after it."""
+        if self._got_output:
+            return UpstreamTimeoutError(
+                f"The engine sent nothing for {self._idle_s:g}s mid-answer "
+                "(timeouts.stream_idle_s).",
+                code="stream_idle_timeout",
+            )
+        return UpstreamTimeoutError(
+            "The engine produced no output before the first-token deadline "
+            "(timeouts.first_token_s).",
+            code="first_token_timeout",
+        )
 
     def _next_deadline(self) -> float | None:
         """Event-loop time by which the next network read must complete."""
@@ -127,31 +124,60 @@ class EngineStream:
     async def _read(self, chunks: AsyncIterator[bytes]) -> bytes | None:
         # Only the network read is timed, never the consumer's work between events (a slow
         # client reading its stream is not the engine's silence).
-        if not self._timed_here:
-            return await anext(chunks, None)
+        if self._wire is not None:
+            return await self._wire.next_chunk()
         async with asyncio.timeout_at(self._next_deadline()):
             return await anext(chunks, None)
+
+    def _output(self, event: EngineEvent) -> EngineEvent:
+        if event.text or event.completion_tokens:
+            self._got_output = True
+        return event
 
     def _deadline_passed(self) -> bool:
         # uvloop's timers run on a millisecond grid and may fire a little early.
         deadline = self._deadline
         return deadline is not None and asyncio.get_running_loop().time() >= deadline - 0.05
 
-    async def _events(self) -> AsyncIterator[EngineEvent]:
+    async def events(self) -> AsyncIterator[EngineEvent]:
         buf = bytearray()
         chunks = aiter(self._response)
         try:
             while (chunk := await self._read(chunks)) is not None:
-                buf += chunk
-                start = 0
+                if not buf and chunk.endswith(b"\n\n"):
+                    # The usual read: whole events only, nothing carried over.
+                    raws = chunk.split(b"\n\n")
+                else:
+                    buf += chunk
+                    end = buf.rfind(b"\n\n")
+                    if end < 0:
+                        if len(buf) > self._max_event_bytes:
+                            raise UpstreamStreamError(
+                                "The engine sent an event larger than allowed."
+                            )
+                        continue
+                    raws = bytes(buf[: end + 2]).split(b"\n\n")
+                    del buf[: end + 2]
+                raws.pop()  # what follows the last separator: empty
                 newest: bytes | None = None
+                previous: bytes | None = None
                 merged: EngineEvent | None = None
                 done = False
-                while (end := buf.find(b"\n\n", start)) >= 0:
-                    raw = bytes(buf[start:end])
-                    start = end + 2
+                for raw in raws:
+                    if b'"error"' in raw[:48]:
+                        # What came before an in-stream error is relayed before it.
+                        if newest is not None:
+                            merged, newest = self._decode(newest), None
+                        if merged is not None:
+                            yield self._output(merged)
+                            merged = None
                     if self._incremental:
-                        event = self._decode(raw)
+                        try:
+                            event = self._decode(raw)
+                        except UpstreamStreamError:
+                            if merged is not None:
+                                yield self._output(merged)  # the tokens before a bad event
+                            raise
                         if event is None:
                             done = True
                             break
@@ -162,22 +188,29 @@ class EngineStream:
                     else:
                         if b'"error"' in raw[:48]:
                             self._decode(raw)  # raises with the engine's message
-                        newest = raw
-                del buf[:start]
+                        previous, newest = newest, raw
                 if newest is not None:
-                    merged = self._decode(newest)
+                    try:
+                        merged = self._decode(newest)
+                    except UpstreamStreamError:
+                        # A bad last event (not JSON) of the read: the one before it still
+                        # carries the text so far, which the client gets before the error.
+                        before = self._decode(previous) if previous is not None else None
+                        if before is not None:
+                            yield self._output(before)
+                        raise
                 if merged is not None:
-                    if merged.text or merged.completion_tokens:
-                        self._got_output = True
-                    yield merged
+                    yield self._output(merged)
                 if done:
                     await self._drain(chunks)
                     return
                 if len(buf) > self._max_event_bytes:
                     raise UpstreamStreamError("The engine sent an event larger than allowed.")
+        except TimeoutError as exc:
+            raise self._timeout_error() from exc  # httpx path: asyncio.timeout_at in _read
         except (httpx.TimeoutException, WireReadTimeout) as exc:
             if self._deadline_passed():
-                raise TimeoutError from exc  # ours: first-token or idle deadline, see events()
+                raise self._timeout_error() from exc
             raise UpstreamStreamError("The engine stopped sending (read timeout).") from exc
         except (httpx.HTTPError, WireError) as exc:
             raise UpstreamStreamError(f"The engine stream broke: {exc}") from exc
@@ -194,10 +227,13 @@ class EngineStream:
     @staticmethod
     def _decode(raw: bytes) -> EngineEvent | None:
         """None on [DONE]; raises on an in-stream error event."""
-        data = b""
-        for line in raw.split(b"\n"):
-            if line.startswith(b"data:"):
-                data = line[5:].strip()
+        if raw.startswith(b"data:") and b"\n" not in raw:
+            data = raw[5:].strip()  # the usual event: one data line
+        else:
+            data = b""
+            for line in raw.split(b"\n"):
+                if line.startswith(b"data:"):
+                    data = line[5:].strip()
         if data == b"[DONE]":
             return None
         if not data:

@@ -21,6 +21,8 @@ import httptools
 
 # Reading pauses when this much body is buffered and not yet consumed (back-pressure).
 _HIGH_WATER = 4 * 1024 * 1024
+# uvloop's timers run on a millisecond grid and may fire this much before their time.
+_TIMER_SLACK = 0.001
 
 
 class WireError(Exception):
@@ -46,6 +48,10 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.last_used = 0.0
+        # The read timer: one per connection, see _wait.
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._wait_until = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -93,12 +99,15 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        # Once per token: _wake inlined.
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > _HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
-        self._wake()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -122,18 +131,34 @@ class _Connection(asyncio.Protocol):
         self.transport.write(data)
 
     async def _wait(self, seconds: float) -> None:
-        # One timer per wait: cheaper than asyncio.timeout's cancel machinery, per token.
-        waiter = self._waiter = self._loop.create_future()
-        handle = self._loop.call_later(seconds, self._timed_out, waiter)
+        # One timer per connection, moved only when a wait must end before it fires: arming
+        # and cancelling a timer for every token cost more than the rest of the read. A timer
+        # that fires before the current wait's end arms itself again (_timed_out).
+        loop = self._loop
+        until = self._wait_until = loop.time() + seconds
+        if self._timer is None or self._timer_at > until:
+            self._arm(until)
+        waiter = self._waiter = loop.create_future()
         try:
             await waiter
         finally:
-            handle.cancel()
             self._waiter = None
 
-    def _timed_out(self, waiter: asyncio.Future[None]) -> None:
-        if not waiter.done():
-            waiter.set_exception(WireReadTimeout("the engine sent nothing within the read timeout"))
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(when, self._timed_out)
+        self._timer_at = when
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # not waiting now: the next wait arms the timer again
+        if self._loop.time() < self._wait_until - _TIMER_SLACK:
+            self._arm(self._wait_until)
+            return
+        waiter.set_exception(WireReadTimeout("the engine sent nothing within the read timeout"))
 
     async def headers(self, seconds: float) -> int:
         while not self._headers_done:
@@ -143,12 +168,20 @@ class _Connection(asyncio.Protocol):
         return self.status
 
     async def read(self, seconds: float) -> bytes | None:
-        """The next piece of body, or None at its end."""
+        """All body received and not yet read, or None at its end.
+
+        Everything buffered comes back at once: the engine sends one HTTP chunk per token,
+        and when this reader falls behind, the reader (gateway.engine_stream) handles a whole
+        backlog as one event, which is how a busy gateway catches up instead of falling
+        further behind.
+        """
         while True:
-            if self._chunks:
-                data = self._chunks.popleft()
-                self._buffered -= len(data)
-                if self._paused and self._buffered < _HIGH_WATER // 2 and self.transport:
+            chunks = self._chunks
+            if chunks:
+                data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+                chunks.clear()
+                self._buffered = 0
+                if self._paused and self.transport:
                     self._paused = False
                     self.transport.resume_reading()
                 return data
@@ -160,6 +193,9 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.transport is not None:
             self.transport.close()
 
@@ -176,19 +212,18 @@ class WireResponse:
         self.deadline: Callable[[], float | None] | None = None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        while (data := await self.next_chunk()) is not None:
+            yield data
+
+    async def next_chunk(self) -> bytes | None:
+        """The next piece of body, or None at its end (no async generator per piece)."""
         conn = self._conn
         if conn is None:
-            return
-        timeout = self._pool.read_timeout
-        loop = conn._loop
-        while True:
-            seconds = timeout
-            if self.deadline is not None and (deadline := self.deadline()) is not None:
-                seconds = min(timeout, deadline - loop.time())
-            data = await conn.read(seconds)
-            if data is None:
-                return
-            yield data
+            return None
+        seconds = self._pool.read_timeout
+        if self.deadline is not None and (deadline := self.deadline()) is not None:
+            seconds = min(seconds, deadline - conn._loop.time())
+        return await conn.read(seconds)
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None

@@ -9,11 +9,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from prometheus_client import Histogram
-
 from gateway.observability.metrics import Metrics
+from gateway.observability.token_histogram import TokenGapCounts
 
-# How many per-token ITL observations one engine event may add; bounds the work per event.
+# How many per-token ITL observations one engine event may add. Observing is O(1) in the
+# count now; the cap stays so the histogram's counts mean what they always have.
 _MAX_ITL_OBSERVATIONS = 32
 
 
@@ -31,7 +31,7 @@ class RequestRecord:
     completion_tokens: int = 0
     finished: bool = False
     # The ITL child, looked up once: labels() per event is measurable on the hot path.
-    _itl: Histogram | None = None
+    _itl: TokenGapCounts | None = None
 
     def mark(self, stage: str, now: float | None = None) -> None:
         if stage not in self.stages:
@@ -47,9 +47,8 @@ class RequestRecord:
             gap = (now - self.last_token_at) / new
             itl = self._itl
             if itl is None:
-                itl = self._itl = self.metrics.itl.labels(model=self.model)
-            for _ in range(min(new, _MAX_ITL_OBSERVATIONS)):
-                itl.observe(gap)
+                itl = self._itl = self.metrics.itl.labels(self.model)
+            itl.observe(gap, min(new, _MAX_ITL_OBSERVATIONS))
         self.last_token_at = now
 
     def first_token(self, now: float) -> None:
@@ -62,26 +61,27 @@ class RequestRecord:
             return
         self.finished = True
         m, model = self.metrics, self.model
+        child = m.child
         now = time.perf_counter()
-        m.requests.labels(model=model, code=str(code)).inc()
+        child(m.requests, model, str(code)).inc()
         if error_kind is not None:
-            m.errors.labels(kind=error_kind).inc()
+            child(m.errors, error_kind).inc()
         for stage, seconds in self.stages.items():
-            m.ttft_stage.labels(stage=stage).observe(seconds)
+            child(m.ttft_stage, stage).observe(seconds)
         if self.prompt_tokens:
-            m.prompt_tokens.labels(model=model).inc(self.prompt_tokens)
-            m.cached_tokens.labels(model=model).inc(self.cached_tokens)
+            child(m.prompt_tokens, model).inc(self.prompt_tokens)
+            child(m.cached_tokens, model).inc(self.cached_tokens)
         if self.completion_tokens:
-            m.generated_tokens.labels(model=model).inc(self.completion_tokens)
+            child(m.generated_tokens, model).inc(self.completion_tokens)
         if error_kind is None:
-            m.e2e.labels(model=model).observe(now - self.arrival)
+            child(m.e2e, model).observe(now - self.arrival)
         if self.first_token_at is None:
             return
         ttft = self.first_token_at - self.arrival
-        m.ttft.labels(model=model).observe(ttft)
+        child(m.ttft, model).observe(ttft)
         uncached = self.prompt_tokens - self.cached_tokens
         if uncached > 0 and ttft > 0:
-            m.prefill_rate.labels(model=model).observe(uncached / ttft)
+            child(m.prefill_rate, model).observe(uncached / ttft)
         decode_time = (self.last_token_at or now) - self.first_token_at
         if self.completion_tokens > 1 and decode_time > 0:
-            m.decode_rate.labels(model=model).observe((self.completion_tokens - 1) / decode_time)
+            child(m.decode_rate, model).observe((self.completion_tokens - 1) / decode_time)

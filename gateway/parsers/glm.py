@@ -32,6 +32,8 @@ from typing import Any
 
 from gateway.parsers.arguments import ArgumentsWriter
 from gateway.parsers.base import (
+    ParsedDelta,
+    ReasoningDelta,
     RejectedToolCall,
     ToolCallArgumentsDelta,
     ToolCallStart,
@@ -41,18 +43,20 @@ from gateway.parsers.glm_markup import (
     ARGS_TAGS,
     CALL_CLOSE,
     CALL_OPEN,
+    CONTENT_TAGS,
     KEY_CLOSE,
     KEY_OPEN,
     KEY_TAGS,
     NAME_TAGS,
+    REASONING_TAGS,
     REJECTED_TAGS,
+    TEXT_ONLY_TAGS,
     THINK_CLOSE,
     THINK_OPEN,
     VALUE_CLOSE,
     VALUE_OPEN,
     VALUE_TAGS,
 )
-from gateway.parsers.scan import TagSet
 from gateway.parsers.stream_core import ParserLimits, StreamCore, random_call_id
 from gateway.parsers.tools import ToolSet
 
@@ -86,8 +90,8 @@ class GlmOutputParser(StreamCore):
         self._limits = limits
         self._new_call_id = new_call_id
         calls = tools.parses_calls
-        self._reasoning_tags = TagSet([THINK_CLOSE, CALL_OPEN] if calls else [THINK_CLOSE])
-        self._content_tags = TagSet([CALL_OPEN, THINK_CLOSE] if calls else [THINK_CLOSE])
+        self._reasoning_tags = REASONING_TAGS if calls else TEXT_ONLY_TAGS
+        self._content_tags = CONTENT_TAGS if calls else TEXT_ONLY_TAGS
         self._state = _State.START
         self._key: str | None = None
         self._args: ArgumentsWriter | None = None
@@ -101,6 +105,20 @@ class GlmOutputParser(StreamCore):
     @property
     def rejected_tool_calls(self) -> Sequence[RejectedToolCall]:
         return tuple(self._rejected)
+
+    def feed(self, text: str) -> list[ParsedDelta]:
+        # The usual chunk: plain text in reasoning or content with nothing held back. Every
+        # tag of those states starts with "<", so a scan would find none and hold nothing
+        # back: emit it as the scan would, without the state machine (the per-token path).
+        if "<" not in text and not self._buf and text and not self._finished:
+            state = self._state
+            if state is _State.REASONING:
+                return [ReasoningDelta(text)]
+            if state is _State.CONTENT:
+                self._out = []
+                self._emit_content(text)
+                return self._out
+        return super().feed(text)
 
     def _step(self, final: bool) -> bool:
         return _STEPS[self._state](self, final)

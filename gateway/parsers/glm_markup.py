@@ -15,3 +15,8 @@ KEY_TAGS = TagSet([KEY_CLOSE, VALUE_OPEN, CALL_CLOSE])
 AFTER_KEY_TAGS = TagSet([VALUE_OPEN, VALUE_CLOSE, KEY_OPEN, CALL_CLOSE])
 VALUE_TAGS = TagSet([VALUE_CLOSE])
 REJECTED_TAGS = TagSet([CALL_CLOSE])
+# Reasoning and content look for the same two tags (in the order each state prefers).
+REASONING_TAGS = TagSet([THINK_CLOSE, CALL_OPEN])
+CONTENT_TAGS = TagSet([CALL_OPEN, THINK_CLOSE])
+# With no callable tools a `<tool_call>` is text: only `</think>` is markup.
+TEXT_ONLY_TAGS = TagSet([THINK_CLOSE])

@@ -117,7 +117,7 @@ class ChatRun:
         an engine 5xx is retried on another replica, a bounded number of times."""
         state, settings = self._state, self._state.settings.routing
         failed: list[str] = []
-        rng = random.Random()
+        rng: random.Random | None = None
         for attempt in range(1, settings.max_attempts + 1):
             replica = state.picker.pick(ctx, exclude=failed).replica
             self._take(replica)
@@ -135,6 +135,7 @@ class ChatRun:
                 if not retryable or not others or attempt == settings.max_attempts:
                     raise
                 state.metrics.retries.inc()
+                rng = rng or random.Random()  # seeded from the OS: only when retrying
                 await asyncio.sleep(backoff_s(attempt, settings, rng))
         raise AssertionError("unreachable: the last attempt re-raises")
 
@@ -150,14 +151,16 @@ class ChatRun:
         else:
             prompt = renderer.render(chat.messages, tools, kwargs)
         seconds = time.perf_counter() - started
-        self._state.metrics.render_seconds.labels(renderer=renderer.name).observe(seconds)
+        metrics = self._state.metrics
+        metrics.child(metrics.render_seconds, renderer.name).observe(seconds)
         return prompt
 
     def _take(self, replica: Replica) -> None:
         self._replica = replica
         self._scope_state["replica"] = replica.name
         replica.in_flight += 1
-        self._state.metrics.replica_in_flight.labels(replica=replica.name).inc()
+        metrics = self._state.metrics
+        metrics.child(metrics.replica_in_flight, replica.name).inc()
 
     def _untake(self, replica: Replica) -> None:
         self._replica = None
@@ -192,7 +195,8 @@ class ChatRun:
         if replica is None or ctx is None:
             return
         replica.in_flight -= 1
-        self._state.metrics.replica_in_flight.labels(replica=replica.name).dec()
+        metrics = self._state.metrics
+        metrics.child(metrics.replica_in_flight, replica.name).dec()
         record = self._record
         self._state.picker.report(
             ctx,

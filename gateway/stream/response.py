@@ -9,8 +9,8 @@ Nothing else may call `receive` once the watcher runs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -26,6 +26,9 @@ class DisconnectWatcher:
         self._receive = receive
         self.gone = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # The task inside `run` right now, and whether we cancelled it because the client left.
+        self._runner: asyncio.Task[Any] | None = None
+        self._interrupted = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._watch())
@@ -35,6 +38,10 @@ class DisconnectWatcher:
             message = await self._receive()
             if message["type"] == "http.disconnect":
                 self.gone.set()
+                runner = self._runner
+                if runner is not None and not self._interrupted:
+                    self._interrupted = True
+                    runner.cancel()
                 return
 
     def stop(self) -> None:
@@ -42,23 +49,32 @@ class DisconnectWatcher:
             self._task.cancel()
             self._task = None
 
-    async def run(self, work: Awaitable[T]) -> T:
-        """Await `work`, or cancel it and raise ClientDisconnected if the client leaves first."""
-        task = asyncio.ensure_future(work)
+    async def run(self, work: Coroutine[Any, Any, T]) -> T:
+        """Await `work`, or cancel it and raise ClientDisconnected if the client leaves first.
+
+        `work` runs in the caller's task, which the watcher cancels when the client leaves:
+        no task and no asyncio.wait per phase, which the first token would wait behind.
+        """
         if self.gone.is_set():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            work.close()
             raise ClientDisconnected
-        waiter = asyncio.ensure_future(self.gone.wait())
+        runner = asyncio.current_task()
+        assert runner is not None
+        self._runner, self._interrupted = runner, False
         try:
-            await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+            result = await work
+        except asyncio.CancelledError:
+            # Ours only if nobody else cancelled the task too (server shutdown): then it goes on.
+            if self._interrupted and runner.uncancel() == 0:
+                raise ClientDisconnected from None
+            raise
         finally:
-            waiter.cancel()
-        if task.done():
-            return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise ClientDisconnected
+            self._runner = None
+        if self._interrupted:
+            # `work` swallowed the cancel; the client is gone all the same.
+            runner.uncancel()
+            raise ClientDisconnected
+        return result
 
 
 class SSEResponse(Response):
@@ -70,7 +86,7 @@ class SSEResponse(Response):
 
     def __init__(
         self,
-        body: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]],
+        body: Callable[[Callable[[bytes], Awaitable[None]]], Coroutine[Any, Any, None]],
         watcher: DisconnectWatcher,
         on_gone: Callable[[], Awaitable[None]],
         on_close: Callable[[], None],

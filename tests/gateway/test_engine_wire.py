@@ -158,3 +158,50 @@ async def test_pool_bound(server: Start) -> None:
     second = await wire.post(url, b"{}")
     await second.aclose()
     wire.close()
+
+
+async def test_a_backlog_comes_back_as_one_piece(server: Start) -> None:
+    # The engine sends one HTTP chunk per token; a reader that fell behind gets them joined.
+    async def burst(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(chunked(b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n"))
+        await writer.drain()
+
+    url = await server(burst)
+    wire = pool()
+    response = await wire.post(url, b"{}")
+    await asyncio.sleep(0.1)  # everything has arrived before the first read
+    assert await response.next_chunk() == b"data: 1\n\ndata: 2\n\ndata: 3\n\n"
+    assert await response.next_chunk() is None
+    await response.aclose()
+    wire.close()
+
+
+async def test_read_timeout_is_per_wait_across_many_reads(server: Start) -> None:
+    # One timer serves every read of a connection: it must move with the reads, so a stream
+    # that keeps talking outlives the timeout many times over, and silence still trips it.
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(8):
+            writer.write(b"1\r\nx\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)
+        writer.close()
+
+    url = await server(trickle)
+    wire = pool(read_timeout=0.2)
+    response = await wire.post(url, b"{}")
+    received = b""
+
+    async def read_until_silence() -> None:
+        nonlocal received
+        while (piece := await response.next_chunk()) is not None:
+            received += piece
+
+    with pytest.raises(WireReadTimeout):
+        await read_until_silence()
+    assert received == b"x" * 8
+    await response.aclose()
+    wire.close()
