@@ -5,7 +5,10 @@ same streaming load at each concurrency level, in one run:
   direct   the simulator's own /v1/chat/completions
   gateway  flashbox's gateway -> the simulator's /generate (render + parse on)
   smg      SGLang's model gateway (sglang-router) -> the simulator's /v1/chat/completions
-Per target and level: client-side TTFT p50/p99, what the hop adds over direct (ms and ratio),
+Each level runs `--reps` rounds (default 3); a round runs every target once, in a rotated
+order, and each target's samples are pooled over the rounds, so a slow spell of the shared
+machine falls on all of them. Per target and level: client-side TTFT p50/p99, what the hop
+adds over direct (ms and ratio),
 and the hop process's own CPU time per request and per relayed token (psutil), which is
 steadier than wall time on a shared machine. `--profile` also runs the gateway under cProfile
 and prints where its time goes.
@@ -51,6 +54,9 @@ class Config:
     with_smg: bool
     profile: bool
     warmup: int
+    # Rounds per level; in each the targets run one after another, in a rotated order, and
+    # their samples are pooled: a slow spell of the shared machine lands on every target.
+    reps: int = 3
 
 
 @dataclass
@@ -108,13 +114,38 @@ async def _run_level(url: str, concurrency: int, total: int) -> tuple[list[Strea
         return records, time.perf_counter() - started
 
 
-def _measure(
-    target: str, url: str, proc: Proc | None, concurrency: int, total: int, warmup: int
-) -> LevelResult:
+@dataclass
+class _Samples:
+    records: list[StreamRecord]
+    wall_s: float = 0.0
+    cpu_s: float | None = 0.0
+
+
+def _sample(
+    url: str, proc: Proc | None, concurrency: int, total: int, warmup: int, into: _Samples
+) -> None:
     asyncio.run(_run_level(url, min(concurrency, warmup), warmup))
     cpu_before = _cpu_seconds(proc)
     records, wall = asyncio.run(_run_level(url, concurrency, total))
     cpu_after = _cpu_seconds(proc)
+    into.records += records
+    into.wall_s += wall
+    if into.cpu_s is not None and cpu_before is not None and cpu_after is not None:
+        into.cpu_s += cpu_after - cpu_before
+    else:
+        into.cpu_s = None
+
+
+def _measure(
+    target: str, url: str, proc: Proc | None, concurrency: int, total: int, warmup: int
+) -> LevelResult:
+    samples = _Samples([])
+    _sample(url, proc, concurrency, total, warmup, samples)
+    return _result(target, concurrency, samples)
+
+
+def _result(target: str, concurrency: int, samples: _Samples) -> LevelResult:
+    records = samples.records
     good = [r for r in records if r.ok and r.ttft is not None]
     ttfts = [r.ttft * 1000 for r in good if r.ttft is not None]
     return LevelResult(
@@ -125,8 +156,8 @@ def _measure(
         ttft_p50_ms=percentile(ttfts, 50),
         ttft_p99_ms=percentile(ttfts, 99),
         tokens=sum(r.completion_tokens for r in good),
-        wall_s=wall,
-        cpu_s=None if cpu_before is None or cpu_after is None else cpu_after - cpu_before,
+        wall_s=samples.wall_s,
+        cpu_s=samples.cpu_s,
     )
 
 
@@ -239,10 +270,16 @@ def uvloop_run(coro: Any) -> None:
 def run(config: Config) -> list[LevelResult]:
     results: list[LevelResult] = []
     with _stack(config, None) as targets:
+        names = list(targets)
         for level in config.levels:
             total = max(config.min_requests, level * config.requests_per_stream)
-            for name, (url, proc) in targets.items():
-                result = _measure(name, url, proc, level, total, config.warmup)
+            pooled = {name: _Samples([]) for name in names}
+            for rep in range(config.reps):
+                for name in names[rep % len(names) :] + names[: rep % len(names)]:
+                    url, proc = targets[name]
+                    _sample(url, proc, level, total, config.warmup, pooled[name])
+            for name in names:
+                result = _result(name, level, pooled[name])
                 results.append(result)
                 print(
                     f"{name:8} x{level:<3} ok {result.ok}/{result.requests} "
@@ -299,6 +336,9 @@ def _parse(argv: list[str]) -> tuple[Config, Path | None]:
     parser.add_argument("--no-smg", action="store_true")
     parser.add_argument("--profile", action="store_true", help="also profile the gateway")
     parser.add_argument("--warmup", type=int, default=8)
+    parser.add_argument(
+        "--reps", type=int, default=3, help="interleaved rounds per level, samples pooled"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write results JSON here")
     args = parser.parse_args(argv)
     config = Config(
@@ -311,6 +351,7 @@ def _parse(argv: list[str]) -> tuple[Config, Path | None]:
         with_smg=not args.no_smg,
         profile=args.profile,
         warmup=args.warmup,
+        reps=max(1, args.reps),
     )
     return config, args.out
 
@@ -337,7 +378,8 @@ def report(out_dir: Path) -> str:
         "## Gateway overhead (direct vs gateway vs smg, same simulator)\n\n"
         f"{table(results)}\n\n"
         "Client, simulator and hops share this machine's cores, so added TTFT includes CPU "
-        "contention. Gateway profile at 8 streams: gateway-profile.txt.\n"
+        f"contention; each level ran {config.reps} interleaved rounds per target, samples "
+        "pooled. Gateway profile at 8 streams: gateway-profile.txt.\n"
     )
 
 
