@@ -103,10 +103,12 @@ def _pairs(tokens: int, hidden: int, device: str) -> list[tuple[str, Any, Any]]:
     ]
 
 
-def _kda_pair(tokens: int, device: str, num_warps: int = 8) -> tuple[str, Any, Any] | None:
-    """The KDA decode glue: the wheel's GPU chain (three Triton conv updates, then its
-    bounded-gate decode kernel) vs the fused kernel, at GLM's 64 heads of 128. Needs the
-    unzipped wheel under .cache/ (the CPU tests put it there); None without it."""
+def _kda_pair(
+    tokens: int, device: str, num_warps: int | None = None
+) -> tuple[str, Any, Any] | None:
+    """The KDA decode glue: the wheel's GPU chain (`WheelCode.kda_decode_chain`) vs the fused
+    kernel (at `num_warps`, else its default), at GLM's 64 heads of 128. Needs the unzipped
+    wheel under .cache/ (the CPU tests put it there); None without it."""
     from engine.patches.kernels.kda_decode import KdaDecodeInputs, kda_decode
     from tests.engine.kernels.wheel import WheelCode
     from tests.support.sglang_wheel import CACHE_DIR, SGLANG_KT_VERSION
@@ -115,8 +117,6 @@ def _kda_pair(tokens: int, device: str, num_warps: int = 8) -> tuple[str, Any, A
     if not (root / ".unzipped").exists():
         return None
     wheel = WheelCode(root)
-    conv = wheel.module("sglang.srt.layers.attention.mamba.causal_conv1d_triton")
-    ops = wheel.module("sglang.srt.layers.attention.linear.kernels.glm5_next_kda_ops")
     heads, d, width = KDA_HEADS, KDA_HEAD_DIM, 4
     dim = heads * d
     slots = 2 * tokens + 1
@@ -129,62 +129,36 @@ def _kda_pair(tokens: int, device: str, num_warps: int = 8) -> tuple[str, Any, A
     dt_bias = 0.1 * torch.randn(dim, device=device)
     ssm = 0.1 * torch.randn(slots, heads, d, d, device=device)
     idx = torch.randperm(slots - 1, device=device)[:tokens].to(torch.int32) + 1
-    qsl = torch.arange(tokens + 1, dtype=torch.int32, device=device)
-    # Each side updates its own copy of the states in place, as the engine does.
-    ref_states, ref_ssm = [s.clone() for s in states], ssm.clone()
 
-    def wheel_chain() -> torch.Tensor:
-        q, k, v = (
-            conv.causal_conv1d_update(
-                qkv[:, i * dim : (i + 1) * dim],
-                ref_states[i].transpose(-1, -2),
-                weights[i],
-                None,
-                activation="silu",
-                conv_state_indices=idx,
-            ).reshape(1, tokens, heads, d)
-            for i in range(3)
-        )
-        out: torch.Tensor = ops.glm5_next_safe_decode(
-            A_log=a_log,
-            raw_gate=gate.reshape(1, tokens, heads, d),
+    def inputs(conv_states: list[torch.Tensor], ssm_states: torch.Tensor) -> KdaDecodeInputs:
+        # GLM's conv-state layout is [slots, W-1, dim]; the kernels take [slots, dim, W-1].
+        q_state, k_state, v_state = (s.transpose(-1, -2) for s in conv_states)
+        return KdaDecodeInputs(
+            mixed_qkv=qkv,
+            conv_states=(q_state, k_state, v_state),
+            conv_weights=(weights[0], weights[1], weights[2]),
+            conv_biases=(None, None, None),
+            raw_gate=gate,
+            raw_beta=beta,
+            a_log=a_log,
             dt_bias=dt_bias,
+            ssm_states=ssm_states,
+            cache_indices=idx,
             lower_bound=-5.0,
-            q=q,
-            k=k,
-            v=v,
-            raw_beta=beta.reshape(1, tokens, heads),
-            state_source=ref_ssm,
-            state_indices=idx,
-            query_start_loc=qsl,
-            use_qk_l2norm_in_kernel=True,
+            num_heads=heads,
+            head_k_dim=d,
+            head_v_dim=d,
         )
-        return out.reshape(1, tokens, heads, d)
 
-    inputs = KdaDecodeInputs(
-        mixed_qkv=qkv,
-        conv_states=(
-            states[0].transpose(-1, -2),
-            states[1].transpose(-1, -2),
-            states[2].transpose(-1, -2),
-        ),
-        conv_weights=(weights[0], weights[1], weights[2]),
-        conv_biases=(None, None, None),
-        raw_gate=gate,
-        raw_beta=beta,
-        a_log=a_log,
-        dt_bias=dt_bias,
-        ssm_states=ssm,
-        cache_indices=idx,
-        lower_bound=-5.0,
-        num_heads=heads,
-        head_k_dim=d,
-        head_v_dim=d,
-    )
+    # Each side updates its own copy of the states in place, as the engine does.
+    fused_inputs = inputs(states, ssm)
+    wheel_inputs = inputs([s.clone() for s in states], ssm.clone())
     return (
         "KDA decode glue (64 x 128 heads)",
-        wheel_chain,
-        lambda: kda_decode(inputs, num_warps=num_warps),
+        lambda: wheel.kda_decode_chain(wheel_inputs),
+        (lambda: kda_decode(fused_inputs))
+        if num_warps is None
+        else (lambda: kda_decode(fused_inputs, num_warps=num_warps)),
     )
 
 

@@ -135,10 +135,8 @@ def test_do_bench_runs() -> None:
 def test_kda_decode_matches_the_wheels_gpu_chain(wheel: Any) -> None:
     """Fused decode vs what the wheel runs on a GPU today: three Triton conv updates, then
     its bounded-gate decode kernel, all compiled for the device, bf16, GLM's head size."""
-    from tests.engine.kernels.test_kda_decode import KDA_OPS, LOWER_BOUND, _case, _clone, _inputs
+    from tests.engine.kernels.test_kda_decode import _case, _clone, _inputs
 
-    conv = wheel.module("sglang.srt.layers.attention.mamba.causal_conv1d_triton")
-    ops = wheel.module(KDA_OPS)
     heads, d, batch = 4, 128, 8
     case = {
         k: [t.to(CUDA) for t in v] if isinstance(v, list) else v.to(CUDA)
@@ -147,32 +145,7 @@ def test_kda_decode_matches_the_wheels_gpu_chain(wheel: Any) -> None:
     }
     case.update(heads=heads, head_dim=d)
     ref = _clone(case)
-    dim = heads * d
-    qkv = [
-        conv.causal_conv1d_update(
-            ref["qkv"][:, i * dim : (i + 1) * dim],
-            ref["states"][i].transpose(-1, -2),
-            ref["weights"][i],
-            None,
-            activation="silu",
-            conv_state_indices=ref["idx"],
-        ).reshape(1, batch, heads, d)
-        for i in range(3)
-    ]
-    want = ops.glm5_next_safe_decode(
-        A_log=ref["a_log"],
-        raw_gate=ref["gate"].reshape(1, batch, heads, d),
-        dt_bias=ref["dt_bias"],
-        lower_bound=LOWER_BOUND,
-        q=qkv[0],
-        k=qkv[1],
-        v=qkv[2],
-        raw_beta=ref["beta"].reshape(1, batch, heads),
-        state_source=ref["ssm"],
-        state_indices=ref["idx"],
-        query_start_loc=torch.arange(batch + 1, dtype=torch.int32, device=CUDA),
-        use_qk_l2norm_in_kernel=True,
-    )
+    want = wheel.kda_decode_chain(_inputs(ref))
     got = kda_decode.kda_decode(_inputs(case))
     torch.cuda.synchronize()
     assert got.shape == want.reshape(1, batch, heads, d).shape
