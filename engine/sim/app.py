@@ -52,6 +52,7 @@ def build_app(settings: SimSettings) -> Starlette:
         Route("/v1/chat/completions", openai_chat.chat_completions, methods=["POST"]),
         Route("/sim/config", info.sim_config, methods=["GET", "POST"]),
         Route("/sim/model", info.sim_model, methods=["GET"]),
+        Route("/sim/timings", info.sim_timings, methods=["GET"]),
     ]
     return Starlette(
         routes=routes,

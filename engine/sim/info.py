@@ -214,3 +214,27 @@ async def sim_model(request: Request) -> Response:
             "time_scale": engine.settings.time_scale,
         }
     )
+
+
+async def sim_timings(request: Request) -> Response:
+    """Each recent request's arrival and first token, in time.perf_counter() seconds, and its
+    modelled TTFT in reference-hardware seconds.
+
+    The engine-side share of TTFT, per rid: a benchmark subtracts it from what its client saw
+    to get what the hops in between added, whatever the modelled prefill took.
+    """
+    engine = _engine(request)
+    return JSONResponse(
+        {
+            "clock": "time.perf_counter",
+            "requests": [
+                {
+                    "rid": rid,
+                    "arrival_s": arrival,
+                    "first_token_s": first,
+                    "model_ttft_s": model_ttft,
+                }
+                for rid, arrival, first, model_ttft in engine.scheduler.timings
+            ],
+        }
+    )

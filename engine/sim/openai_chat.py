@@ -43,7 +43,7 @@ def render_messages(messages: Any) -> str:
     return "\n".join(lines) + "\nassistant:"
 
 
-def to_generate_body(body: Any) -> dict[str, Any]:
+def to_generate_body(body: Any, request_id: str | None = None) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise SimRequestError("the body must be a JSON object")
     sampling: dict[str, Any] = {}
@@ -63,6 +63,9 @@ def to_generate_body(body: Any) -> dict[str, Any]:
         "sampling_params": sampling,
         "stream": body.get("stream", False),
         "custom_params": body.get("custom_params"),
+        # SGLang's OpenAI request takes its request id as the `rid` extension field; here a
+        # router's x-request-id also counts, so /sim/timings can follow a request through it.
+        "rid": body.get("rid") or request_id,
     }
 
 
@@ -84,7 +87,10 @@ async def chat_completions(request: Request) -> Response | WatchedResponse:
     engine: SimEngine = request.app.state.engine
     try:
         raw = await read_json(request, engine)
-        params = parse_generate(to_generate_body(raw), request.headers.get("x-sim-fault"))
+        params = parse_generate(
+            to_generate_body(raw, request.headers.get("x-request-id")),
+            request.headers.get("x-sim-fault"),
+        )
         req = engine.create_request(params)
         if req.fault is not None and req.fault.kind is FaultKind.UNAVAILABLE:
             return error_response(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,9 @@ from engine.sim.tokens import piece_id
 # SGLang falls back to first come first served above this many waiting requests (the prefix
 # matching gets expensive): srt/managers/schedule_policy.py, _determine_active_policy.
 LPM_MAX_QUEUE = 128
+# Requests whose first-token timing /sim/timings keeps (the newest; a benchmark reads them
+# after each batch, so this only has to outlast one).
+TIMINGS_KEPT = 10_000
 
 
 class QueueFullError(RuntimeError):
@@ -68,6 +72,10 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
+        # (rid, arrival, first token) in time.perf_counter() seconds (the loop's clock ticks
+        # in whole milliseconds under uvloop, too coarse for a router's added latency), and
+        # the modelled TTFT in reference-hardware seconds.
+        self.timings: deque[tuple[str, float, float, float]] = deque(maxlen=TIMINGS_KEPT)
         self.clock = ModelClock(time_scale, self._loop.time)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -104,6 +112,7 @@ class Scheduler:
         if len(self._live) >= self.max_queued + self.max_running:
             raise QueueFullError("the simulator's request queue is full")
         req.wall_arrival = self._loop.time()
+        req.perf_arrival = time.perf_counter()
         req.model.arrival = self.clock.arrival()
         self._live[req.rid] = req
         if req.fault is not None and req.fault.kind is FaultKind.STALL_FIRST:
@@ -296,6 +305,8 @@ class Scheduler:
         if req.wall_last_token is None:
             req.wall_first_token = now
             self.metrics.ttft.observe(now - req.wall_arrival)
+            model_ttft = (req.model.first_token or self.clock.model) - req.model.arrival
+            self.timings.append((req.rid, req.perf_arrival, time.perf_counter(), model_ttft))
         else:
             self.metrics.itl.observe(now - req.wall_last_token)
         req.wall_last_token = now

@@ -77,6 +77,7 @@ class SimRequest:
     finish_on_token: bool = False
     model: ModelTimes = field(default_factory=ModelTimes)
     wall_arrival: float = 0.0
+    perf_arrival: float = 0.0
     wall_first_token: float | None = None
     wall_last_token: float | None = None
     wall_finish: float | None = None
