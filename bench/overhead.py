@@ -8,10 +8,17 @@ same streaming load at each concurrency level, in one run:
 Each level runs `--reps` rounds (default 3); a round runs every target once, in a rotated
 order, and each target's samples are pooled over the rounds, so a slow spell of the shared
 machine falls on all of them. Per target and level: client-side TTFT p50/p99, what the hop
-adds over direct (ms and ratio),
-and the hop process's own CPU time per request and per relayed token (psutil), which is
-steadier than wall time on a shared machine. `--profile` also runs the gateway under cProfile
-and prints where its time goes.
+adds over direct (ms and ratio), and the hop process's own CPU time per request and per
+relayed token (psutil), which is steadier than wall time on a shared machine.
+
+What the hop adds is reported two ways. "added" is the difference of the client-side TTFT
+percentiles. "hop-added" takes the engine out first: every request carries an x-request-id,
+the simulator reports when each rid arrived and when its first token was made
+(GET /sim/timings), and client TTFT minus that engine time is what the network and the
+hops cost; hop-added is that cost's p50/p99 through the hop minus the same direct. The
+engine's own share moves with its modelled clock (a prefill step that starts a little later
+ends at the next step boundary), by more than a router adds, so only hop-added can tell a
+millisecond. `--profile` also runs the gateway under cProfile and prints where its time goes.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +77,10 @@ class LevelResult:
     tokens: int
     wall_s: float
     cpu_s: float | None
+    # Client TTFT minus the engine's own (arrival to first token, from /sim/timings), ms.
+    network_p50_ms: float = math.nan
+    network_p99_ms: float = math.nan
+    engine_ttft_p50_ms: float = math.nan
 
     @property
     def cpu_ms_per_request(self) -> float:
@@ -97,21 +108,32 @@ def _body() -> dict[str, Any]:
     return {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4096}
 
 
-async def _run_level(url: str, concurrency: int, total: int) -> tuple[list[StreamRecord], float]:
+async def _run_level(
+    url: str, concurrency: int, total: int
+) -> tuple[list[tuple[str, StreamRecord]], float]:
+    """`total` streams, `concurrency` at a time; each record with the x-request-id it sent."""
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(limits=limits, timeout=120.0) as client:
         remaining = total
-        records: list[StreamRecord] = []
+        records: list[tuple[str, StreamRecord]] = []
 
         async def worker() -> None:
             nonlocal remaining
             while remaining > 0:
                 remaining -= 1
-                records.append(await stream_chat(client, url, _body()))
+                rid = f"bench-{uuid.uuid4().hex}"
+                headers = {"x-request-id": rid}
+                records.append((rid, await stream_chat(client, url, _body(), headers)))
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return records, time.perf_counter() - started
+
+
+def _engine_ttfts(sim_url: str) -> dict[str, float]:
+    """rid -> the simulator's arrival-to-first-token time, seconds (GET /sim/timings)."""
+    body = httpx.get(sim_url + "/sim/timings", timeout=30.0).json()
+    return {t["rid"]: t["first_token_s"] - t["arrival_s"] for t in body["requests"]}
 
 
 @dataclass
@@ -119,16 +141,31 @@ class _Samples:
     records: list[StreamRecord]
     wall_s: float = 0.0
     cpu_s: float | None = 0.0
+    # Per request with an engine timing: client TTFT minus engine TTFT, and engine TTFT (s).
+    network_s: list[float] = field(default_factory=list)
+    engine_s: list[float] = field(default_factory=list)
 
 
 def _sample(
-    url: str, proc: Proc | None, concurrency: int, total: int, warmup: int, into: _Samples
+    url: str,
+    proc: Proc | None,
+    sim_url: str,
+    concurrency: int,
+    total: int,
+    warmup: int,
+    into: _Samples,
 ) -> None:
     asyncio.run(_run_level(url, min(concurrency, warmup), warmup))
     cpu_before = _cpu_seconds(proc)
     records, wall = asyncio.run(_run_level(url, concurrency, total))
     cpu_after = _cpu_seconds(proc)
-    into.records += records
+    engine = _engine_ttfts(sim_url)
+    for rid, record in records:
+        into.records.append(record)
+        engine_s = engine.get(rid)
+        if record.ok and record.ttft is not None and engine_s is not None:
+            into.network_s.append(record.ttft - engine_s)
+            into.engine_s.append(engine_s)
     into.wall_s += wall
     if into.cpu_s is not None and cpu_before is not None and cpu_after is not None:
         into.cpu_s += cpu_after - cpu_before
@@ -137,10 +174,16 @@ def _sample(
 
 
 def _measure(
-    target: str, url: str, proc: Proc | None, concurrency: int, total: int, warmup: int
+    target: str,
+    url: str,
+    proc: Proc | None,
+    sim_url: str,
+    concurrency: int,
+    total: int,
+    warmup: int,
 ) -> LevelResult:
     samples = _Samples([])
-    _sample(url, proc, concurrency, total, warmup, samples)
+    _sample(url, proc, sim_url, concurrency, total, warmup, samples)
     return _result(target, concurrency, samples)
 
 
@@ -158,6 +201,9 @@ def _result(target: str, concurrency: int, samples: _Samples) -> LevelResult:
         tokens=sum(r.completion_tokens for r in good),
         wall_s=samples.wall_s,
         cpu_s=samples.cpu_s,
+        network_p50_ms=percentile([x * 1000 for x in samples.network_s], 50),
+        network_p99_ms=percentile([x * 1000 for x in samples.network_s], 99),
+        engine_ttft_p50_ms=percentile([x * 1000 for x in samples.engine_s], 50),
     )
 
 
@@ -174,7 +220,8 @@ def _start_smg(sim: Proc) -> Proc | None:
 @contextmanager
 def _stack(
     config: Config, profile_out: Path | None
-) -> Iterator[dict[str, tuple[str, Proc | None]]]:
+) -> Iterator[tuple[dict[str, tuple[str, Proc | None]], str]]:
+    """The targets (name -> chat URL, hop process) and the simulator's base URL."""
     sim_args = ["--reasoning-tokens", str(config.reasoning_tokens)]
     sim_args += ["--content-tokens", str(config.content_tokens)]
     sim = start_sim(*sim_args, name="bench", time_scale=config.time_scale)
@@ -194,7 +241,7 @@ def _stack(
             if smg is not None:
                 procs.append(smg)
                 targets["smg"] = (smg.url + "/v1/chat/completions", smg)
-        yield targets
+        yield targets, sim.url
     finally:
         for proc in reversed(procs):
             proc.stop()
@@ -269,7 +316,7 @@ def uvloop_run(coro: Any) -> None:
 
 def run(config: Config) -> list[LevelResult]:
     results: list[LevelResult] = []
-    with _stack(config, None) as targets:
+    with _stack(config, None) as (targets, sim_url):
         names = list(targets)
         for level in config.levels:
             total = max(config.min_requests, level * config.requests_per_stream)
@@ -277,13 +324,15 @@ def run(config: Config) -> list[LevelResult]:
             for rep in range(config.reps):
                 for name in names[rep % len(names) :] + names[: rep % len(names)]:
                     url, proc = targets[name]
-                    _sample(url, proc, level, total, config.warmup, pooled[name])
+                    _sample(url, proc, sim_url, level, total, config.warmup, pooled[name])
             for name in names:
                 result = _result(name, level, pooled[name])
                 results.append(result)
                 print(
                     f"{name:8} x{level:<3} ok {result.ok}/{result.requests} "
                     f"ttft p50 {result.ttft_p50_ms:.1f} ms p99 {result.ttft_p99_ms:.1f} ms "
+                    f"engine {result.engine_ttft_p50_ms:.2f} ms "
+                    f"network+hops p50 {result.network_p50_ms:.2f} ms "
                     f"cpu/token {result.cpu_us_per_token:.0f} us",
                     flush=True,
                 )
@@ -293,10 +342,10 @@ def run(config: Config) -> list[LevelResult]:
 def profile(config: Config, level: int, top: int = 25) -> str:
     """The gateway's own profile under `level` streams, as pstats text (top by own time)."""
     out = Path(tempfile.mkstemp(prefix="gateway-", suffix=".prof")[1])
-    with _stack(config, out) as targets:
+    with _stack(config, out) as (targets, sim_url):
         url, proc = targets["gateway"]
         total = max(config.min_requests, level * config.requests_per_stream)
-        _measure("gateway", url, proc, level, total, config.warmup)
+        _measure("gateway", url, proc, sim_url, level, total, config.warmup)
     stream = io.StringIO()
     stats = pstats.Stats(str(out), stream=stream)
     stats.strip_dirs().sort_stats("tottime").print_stats(top)
@@ -308,17 +357,21 @@ def table(results: Sequence[LevelResult]) -> str:
     direct = {r.concurrency: r for r in results if r.target == "direct"}
     lines = [
         "| target | streams | ok | TTFT p50 ms | TTFT p99 ms | added p50 ms | added p99 ms "
-        "| p50 ratio | hop CPU ms/req | hop CPU us/token | tokens per hop CPU-s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| p50 ratio | engine TTFT p50 ms | hop-added p50 ms | hop-added p99 ms "
+        "| hop CPU ms/req | hop CPU us/token | tokens per hop CPU-s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         base = direct.get(r.concurrency)
         added50 = r.ttft_p50_ms - base.ttft_p50_ms if base else math.nan
         added99 = r.ttft_p99_ms - base.ttft_p99_ms if base else math.nan
         factor = ratio(r.ttft_p50_ms, base.ttft_p50_ms) if base else math.nan
+        hop50 = r.network_p50_ms - base.network_p50_ms if base else math.nan
+        hop99 = r.network_p99_ms - base.network_p99_ms if base else math.nan
         lines.append(
             f"| {r.target} | {r.concurrency} | {r.ok}/{r.requests} | {r.ttft_p50_ms:.2f} "
             f"| {r.ttft_p99_ms:.2f} | {added50:.2f} | {added99:.2f} | {factor:.2f} "
+            f"| {r.engine_ttft_p50_ms:.2f} | {hop50:.2f} | {hop99:.2f} "
             f"| {r.cpu_ms_per_request:.2f} | {r.cpu_us_per_token:.1f} "
             f"| {r.tokens_per_cpu_s:,.0f} |"
         )
