@@ -14,8 +14,9 @@ import argparse
 import asyncio
 import json
 import random
+import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,11 @@ class TurnResult:
     error: str | None
     # When the turn was sent, hardware seconds since its session's first turn could start.
     sent_s: float = 0.0
+    # The x-request-id it was sent with (the engine's rid, through every router here).
+    rid: str = ""
+    # The client's wall-clock TTFT divided by the time scale: `ttft` until engine timings
+    # replace it (with_engine_timings), kept for comparison.
+    ttft_scaled: float | None = None
 
 
 HeaderFn = Callable[[int], Mapping[str, str]]
@@ -153,7 +159,14 @@ async def run_session(
             "temperature": 0,
         }
         sent = loop.time()
-        record = await stream_chat(client, cfg.url.rstrip("/") + "/chat/completions", body, headers)
+        rid = f"bench-s{index}-t{turn}-{uuid.uuid4().hex[:12]}"
+        record = await stream_chat(
+            client,
+            cfg.url.rstrip("/") + "/chat/completions",
+            body,
+            {**headers, "x-request-id": rid},
+        )
+        scaled = record.ttft / cfg.time_scale if record.ttft is not None else None
         eligible = turn >= 2 and previous_prompt >= cfg.track_interval
         floor = previous_prompt // cfg.track_interval * cfg.track_interval
         results.append(
@@ -161,7 +174,7 @@ async def run_session(
                 session=index,
                 turn=turn,
                 ok=record.ok,
-                ttft=record.ttft / cfg.time_scale if record.ttft is not None else None,
+                ttft=scaled,
                 prompt_tokens=record.prompt_tokens,
                 cached_tokens=record.cached_tokens,
                 eligible=eligible and record.ok,
@@ -169,6 +182,8 @@ async def run_session(
                 replica=record.replica,
                 error=record.error,
                 sent_s=(sent - origin) / cfg.time_scale,
+                rid=rid,
+                ttft_scaled=scaled,
             )
         )
         if not record.ok:
@@ -199,6 +214,48 @@ async def run_sessions(
     return [turn for session in nested for turn in session]
 
 
+@dataclass(frozen=True)
+class EngineTiming:
+    """One request as a simulator saw it (GET /sim/timings)."""
+
+    wall_ttft_s: float  # arrival to first token, wall clock
+    model_ttft_s: float  # the same, modelled: reference-hardware seconds
+
+
+def with_engine_timings(
+    turns: list[TurnResult], timings: Mapping[str, EngineTiming], time_scale: float
+) -> list[TurnResult]:
+    """Turns whose TTFT is in hardware seconds for every part of the path.
+
+    A client's wall-clock TTFT divided by the time scale also scales up what the router and
+    the network took: at a time scale of 0.02, a router's 10 ms reads as 0.5 s. Here the
+    engine's share is its modelled TTFT (queue and prefill, hardware seconds), and the rest
+    (client TTFT minus the engine's wall-clock TTFT: network, router, client) counts as the
+    wall time it took. Turns without a timing keep the scaled figure."""
+    out = []
+    for t in turns:
+        timing = timings.get(t.rid)
+        if timing is None or t.ttft_scaled is None:
+            out.append(t)
+            continue
+        wall_ttft = t.ttft_scaled * time_scale
+        hops = max(0.0, wall_ttft - timing.wall_ttft_s)
+        out.append(replace(t, ttft=timing.model_ttft_s + hops))
+    return out
+
+
+def fetch_engine_timings(sim_urls: list[str]) -> dict[str, EngineTiming]:
+    """rid -> EngineTiming, from each simulator's /sim/timings."""
+    timings: dict[str, EngineTiming] = {}
+    for url in sim_urls:
+        body = httpx.get(url + "/sim/timings", timeout=30.0).json()
+        for t in body["requests"]:
+            timings[t["rid"]] = EngineTiming(
+                wall_ttft_s=t["first_token_s"] - t["arrival_s"], model_ttft_s=t["model_ttft_s"]
+            )
+    return timings
+
+
 def summarize_turns(turns: list[TurnResult]) -> dict[str, Any]:
     later = [t for t in turns if t.turn >= 2 and t.ok and t.ttft is not None]
     eligible = [t for t in turns if t.eligible]
@@ -213,6 +270,9 @@ def summarize_turns(turns: list[TurnResult]) -> dict[str, Any]:
         "hits": sum(1 for t in eligible if t.hit),
         "hit_ratio": ratio(sum(1 for t in eligible if t.hit), len(eligible)),
         "ttft_later_turns": summarize([t.ttft for t in later if t.ttft is not None]),
+        "ttft_later_turns_scaled": summarize(
+            [t.ttft_scaled for t in later if t.ttft_scaled is not None]
+        ),
         "ttft_by_turn": {turn: summarize(v) for turn, v in sorted(by_turn.items())},
     }
 
