@@ -44,6 +44,7 @@ import psutil  # type: ignore[import-untyped]
 
 from bench.client import StreamRecord, stream_chat
 from bench.procs import Proc, free_port, start_gateway, start_process, start_sim
+from bench.sessions import fetch_engine_timings
 from bench.stats import percentile, ratio
 
 MODEL = "glm-5.3-flash"
@@ -130,12 +131,6 @@ async def _run_level(
         return records, time.perf_counter() - started
 
 
-def _engine_ttfts(sim_url: str) -> dict[str, float]:
-    """rid -> the simulator's arrival-to-first-token time, seconds (GET /sim/timings)."""
-    body = httpx.get(sim_url + "/sim/timings", timeout=30.0).json()
-    return {t["rid"]: t["first_token_s"] - t["arrival_s"] for t in body["requests"]}
-
-
 @dataclass
 class _Samples:
     records: list[StreamRecord]
@@ -159,32 +154,18 @@ def _sample(
     cpu_before = _cpu_seconds(proc)
     records, wall = asyncio.run(_run_level(url, concurrency, total))
     cpu_after = _cpu_seconds(proc)
-    engine = _engine_ttfts(sim_url)
+    engine = fetch_engine_timings([sim_url])
     for rid, record in records:
         into.records.append(record)
-        engine_s = engine.get(rid)
-        if record.ok and record.ttft is not None and engine_s is not None:
-            into.network_s.append(record.ttft - engine_s)
-            into.engine_s.append(engine_s)
+        timing = engine.get(rid)
+        if record.ok and record.ttft is not None and timing is not None:
+            into.network_s.append(record.ttft - timing.wall_ttft_s)
+            into.engine_s.append(timing.wall_ttft_s)
     into.wall_s += wall
     if into.cpu_s is not None and cpu_before is not None and cpu_after is not None:
         into.cpu_s += cpu_after - cpu_before
     else:
         into.cpu_s = None
-
-
-def _measure(
-    target: str,
-    url: str,
-    proc: Proc | None,
-    sim_url: str,
-    concurrency: int,
-    total: int,
-    warmup: int,
-) -> LevelResult:
-    samples = _Samples([])
-    _sample(url, proc, sim_url, concurrency, total, warmup, samples)
-    return _result(target, concurrency, samples)
 
 
 def _result(target: str, concurrency: int, samples: _Samples) -> LevelResult:
@@ -345,7 +326,7 @@ def profile(config: Config, level: int, top: int = 25) -> str:
     with _stack(config, out) as (targets, sim_url):
         url, proc = targets["gateway"]
         total = max(config.min_requests, level * config.requests_per_stream)
-        _measure("gateway", url, proc, sim_url, level, total, config.warmup)
+        _sample(url, proc, sim_url, level, total, config.warmup, _Samples([]))
     stream = io.StringIO()
     stats = pstats.Stats(str(out), stream=stream)
     stats.strip_dirs().sort_stats("tottime").print_stats(top)
