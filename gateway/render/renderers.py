@@ -135,7 +135,7 @@ class MiniJinjaRenderer(_TemplateRenderer):
         return text
 
 
-class AutoRenderer:
+class AutoRenderer(_TemplateRenderer):
     """MiniJinja for inputs of the kind proven to render identically, Jinja2 for the rest."""
 
     def __init__(
@@ -157,13 +157,7 @@ class AutoRenderer:
     def engine_for(self, context: dict[str, Any]) -> Jinja2Renderer | MiniJinjaRenderer:
         return self._minijinja if self._is_safe(context) else self._jinja2
 
-    def render(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-        template_kwargs: Mapping[str, Any],
-    ) -> str:
-        context = template_context(self._source, messages, tools, template_kwargs, self._prepass)
+    def render_context(self, context: dict[str, Any]) -> str:
         engine = self.engine_for(context)
         if engine is self._jinja2:
             return engine.render_context(context)
