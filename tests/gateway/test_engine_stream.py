@@ -72,3 +72,47 @@ async def test_tokens_before_a_malformed_event_in_the_same_read_are_relayed(
     with pytest.raises(UpstreamStreamError, match="not JSON"):
         await collect(stream, seen)
     assert [(e.text, e.completion_tokens) for e in seen] == [("abc", 3)]
+
+
+def sglang_event(text: str, ids: list[int], count: int) -> bytes:
+    """The shape SGLang sends: cumulative text and token ids, then meta_info (orjson, no spaces)."""
+    return event(
+        {"text": text, "output_ids": ids, "meta_info": {"id": "r", "completion_tokens": count}}
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain",
+        # A text that spells the very key, quoted: inside a JSON string the quotes are escaped.
+        'x,"output_ids":[1,2],"meta_info":{"completion_tokens":99}',
+        "ends with a backslash \\",
+        "brackets ] [ and unicode \u00e9\u4e2d\U0001f600",
+    ],
+)
+async def test_token_ids_are_skipped_and_text_and_meta_are_exact(text: str) -> None:
+    body = sglang_event(text[:1], [5], 1) + sglang_event(text, [5, 6, 7], 3)
+    body += b"data: [DONE]\n\n"
+    seen: list[EngineEvent] = []
+    await collect(EngineStream(OneReadBody(body), 1 << 20), seen)
+    assert [(e.text, e.meta) for e in seen] == [(text, {"id": "r", "completion_tokens": 3})]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # Another encoder's spacing: nothing is cut, the event decodes as sent.
+        b'{"text": "hi", "output_ids": [1, 2], "meta_info": {"completion_tokens": 2}}',
+        # Token ids in an unexpected layout (nested): the cut would break the JSON, so the
+        # event as sent is decoded instead.
+        b'{"text":"hi","output_ids":[[1],[2]],"meta_info":{"completion_tokens":2}}',
+        # No ids at all.
+        b'{"text":"hi","meta_info":{"completion_tokens":2}}',
+    ],
+)
+async def test_events_in_other_layouts_decode_as_sent(raw: bytes) -> None:
+    body = b"data: " + raw + b"\n\ndata: [DONE]\n\n"
+    seen: list[EngineEvent] = []
+    await collect(EngineStream(OneReadBody(body), 1 << 20), seen)
+    assert [(e.text, e.completion_tokens) for e in seen] == [("hi", 2)]
