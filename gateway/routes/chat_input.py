@@ -13,9 +13,14 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
-from starlette.requests import Request
+from starlette.types import Receive
 
-from gateway.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
+from gateway.errors import (
+    ClientDisconnected,
+    InvalidRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+)
 from gateway.protocol import ChatCompletionRequest
 from gateway.settings import Settings
 
@@ -29,19 +34,31 @@ class ChatInput:
     model: str  # the served name that matched
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    too_large = PayloadTooLargeError(
-        f"The request body is larger than the limit of {max_bytes} bytes.",
-    )
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > max_bytes:
-        raise too_large
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
+async def read_body(receive: Receive, content_length: str | None, max_bytes: int) -> bytes:
+    """The whole body from ASGI `receive`, refused (413) as soon as it passes `max_bytes`;
+    raises ClientDisconnected if the client leaves first."""
+    if content_length is not None and content_length.isdigit() and int(content_length) > max_bytes:
+        raise _too_large(max_bytes)
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        body: bytes = message.get("body", b"")  # the usual case: one message
         if len(body) > max_bytes:
-            raise too_large
-    return bytes(body)
+            raise _too_large(max_bytes)
+        return body
+    parts = bytearray()
+    while True:
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected
+        parts += message.get("body", b"")
+        if len(parts) > max_bytes:
+            raise _too_large(max_bytes)
+        if not message.get("more_body", False):
+            return bytes(parts)
+        message = await receive()
+
+
+def _too_large(max_bytes: int) -> PayloadTooLargeError:
+    return PayloadTooLargeError(f"The request body is larger than the limit of {max_bytes} bytes.")
 
 
 def validation_message(exc: ValidationError) -> tuple[str, str | None]:

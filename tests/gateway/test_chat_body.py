@@ -1,0 +1,115 @@
+"""Hop 1 on raw ASGI: reading the body within its bound, a client that leaves mid-body, and
+the short middleware stack chat requests take (gateway.app.GatewayApp)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+import pytest
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import Message
+
+from gateway.admission import AdmissionMiddleware
+from gateway.app import create_app
+from gateway.errors import ClientDisconnected, PayloadTooLargeError
+from gateway.middleware import RequestContextMiddleware
+from gateway.routes.chat import serve_chat
+from gateway.routes.chat_input import read_body
+from gateway.settings import Settings
+from tests.gateway.conftest import ENGINE, chat_body
+from tests.gateway.fake_engine import FakeEngine
+
+
+def receiver(*messages: Message) -> Any:
+    queue = list(messages)
+
+    async def receive() -> Message:
+        return queue.pop(0)
+
+    return receive
+
+
+def part(body: bytes, more: bool) -> Message:
+    return {"type": "http.request", "body": body, "more_body": more}
+
+
+async def test_a_body_in_one_message() -> None:
+    assert await read_body(receiver(part(b"abc", False)), "3", 10) == b"abc"
+
+
+async def test_a_body_in_several_messages() -> None:
+    receive = receiver(part(b"ab", True), part(b"", True), part(b"cd", False))
+    assert await read_body(receive, None, 10) == b"abcd"
+
+
+@pytest.mark.parametrize(
+    ("length", "messages"),
+    [
+        ("11", [part(b"", False)]),  # refused on the declared length, before reading
+        (None, [part(b"0123456789x", False)]),
+        (None, [part(b"012345", True), part(b"6789x", False)]),  # chunked, no length
+    ],
+)
+async def test_a_body_over_the_bound_is_413(length: str | None, messages: list[Message]) -> None:
+    with pytest.raises(PayloadTooLargeError, match="limit of 10 bytes"):
+        await read_body(receiver(*messages), length, 10)
+
+
+async def test_a_client_leaving_mid_body_is_noticed() -> None:
+    receive = receiver(part(b"{", True), {"type": "http.disconnect"})
+    with pytest.raises(ClientDisconnected):
+        await read_body(receive, None, 10)
+
+
+async def test_a_client_leaving_mid_body_gets_no_answer_and_costs_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = FakeEngine()
+    app = create_app(Settings(engines=[ENGINE]), transport=engine.transport())
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    half = orjson.dumps(chat_body())[:10]
+    with caplog.at_level(logging.ERROR):
+        async with app.router.lifespan_context(app):
+            await app(scope, receiver(part(half, True), {"type": "http.disconnect"}), send)
+            state = app.state.flashbox
+            assert state.in_flight == 0
+            assert not app.state.admission.running  # its slot is back
+            labels = {"model": "unknown", "code": "499"}
+            registry = state.metrics.registry
+            assert registry.get_sample_value("flashbox_requests_total", labels) == 1
+    assert sent == []  # nobody to answer
+    assert not engine.generates  # the engine never heard of it
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("cors", [False, True])
+def test_chat_requests_take_only_the_gateways_own_middleware(cors: bool) -> None:
+    origins = ["https://app.example"] if cors else []
+    app = create_app(Settings(engines=[ENGINE], security={"cors_allow_origins": origins}))
+    layers: list[type] = []
+    layer: Any = app._build_chat_stack()
+    while layer is not serve_chat:
+        layers.append(type(layer))
+        layer = layer.app
+    expected: list[type] = [RequestContextMiddleware, AdmissionMiddleware]
+    assert layers == ([CORSMiddleware, *expected] if cors else expected)
