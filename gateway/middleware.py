@@ -95,7 +95,9 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 started = True
                 headers = list(message.get("headers", ()))
-                headers.append((b"x-request-id", request_id.encode()))
+                # From the state, not `request_id`: the chat route may have had to change it
+                # (gateway.state.AppState.claim_rid).
+                headers.append((b"x-request-id", str(state["request_id"]).encode()))
                 headers.append((b"x-flashbox-replica", str(state["replica"]).encode()))
                 message = {**message, "headers": headers}
             await send(message)

@@ -45,7 +45,8 @@ class ChatRun:
         self._chat = chat
         self._record = record
         self._scope_state = scope_state
-        self._request_id = request_id
+        # The engine's rid; the response headers show it (gateway.middleware reads it late).
+        self._request_id = scope_state["request_id"] = state.claim_rid(request_id)
         # Hashed here, before anything could log it (gateway.routing.session_key).
         self._session_key = request_session_key(chat, session_header, state.settings.routing)
         self._tool_choice = _tool_choice(chat)
@@ -191,6 +192,7 @@ class ChatRun:
         # A stream that ended without finishing its record (it should not happen) still counts.
         self._record.finish(200 if self._outcome is Outcome.OK else 500)
         self._state.release()
+        self._state.release_rid(self._request_id)
         replica, ctx = self._replica, self._ctx
         if replica is None or ctx is None:
             return

@@ -111,3 +111,24 @@ def test_headers(gateway: Proc, client: openai.OpenAI) -> None:
     assert raw.headers["x-flashbox-replica"].startswith("127.0.0.1:")
     models = client.models.list()
     assert [m.id for m in models.data] == [MODEL]
+
+
+def test_two_requests_with_one_request_id_at_once(client: openai.OpenAI) -> None:
+    """The engine refuses a live duplicate rid; the second request gets the id plus a suffix."""
+    headers = {"x-request-id": "e2e-same-id"}
+    first = client.chat.completions.with_streaming_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Hi"}],
+        stream=True,
+        extra_headers=headers,
+    )
+    with first as one:
+        # The first stream is open (its rid live on the engine) while the second runs whole.
+        second = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": "Hi"}], extra_headers=headers
+        )
+        texts = [line for line in one.iter_lines() if line.startswith("data:")]
+        assert one.headers["x-request-id"] == "e2e-same-id"
+    assert texts[-1] == "data: [DONE]"
+    assert second.headers["x-request-id"].startswith("e2e-same-id.")
+    assert second.parse().choices[0].message.content
