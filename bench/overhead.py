@@ -5,6 +5,7 @@ same streaming load at each concurrency level, in one run:
   direct   the simulator's own /v1/chat/completions
   gateway  flashbox's gateway -> the simulator's /generate (render + parse on)
   smg      SGLang's model gateway (sglang-router) -> the simulator's /v1/chat/completions
+  pipe     with --floor: bench.pipe, a Python TCP byte pipe -> the same (the floor of a hop)
 Each level runs `--reps` rounds (default 3); a round runs every target once, in a rotated
 order, and each target's samples are pooled over the rounds, so a slow spell of the shared
 machine falls on all of them. Per target and level: client-side TTFT p50/p99, what the hop
@@ -62,6 +63,8 @@ class Config:
     with_smg: bool
     profile: bool
     warmup: int
+    # Also measure bench.pipe, a TCP byte pipe: the floor of any Python hop.
+    floor: bool = False
     # Rounds per level; in each the targets run one after another, in a rotated order, and
     # their samples are pooled: a slow spell of the shared machine lands on every target.
     reps: int = 3
@@ -217,6 +220,11 @@ def _stack(
             "direct": (sim.url + "/v1/chat/completions", None),
             "gateway": (gateway.url + "/v1/chat/completions", gateway),
         }
+        if config.floor and profile_out is None:
+            args = ["--port", "{port}", "--upstream-port", str(sim.port)]
+            pipe = start_process("bench.pipe", args)
+            procs.append(pipe)
+            targets["pipe"] = (pipe.url + "/v1/chat/completions", pipe)
         if config.with_smg and profile_out is None:
             smg = _start_smg(sim)
             if smg is not None:
@@ -369,6 +377,9 @@ def _parse(argv: list[str]) -> tuple[Config, Path | None]:
     parser.add_argument("--time-scale", type=float, default=0.001)
     parser.add_argument("--no-smg", action="store_true")
     parser.add_argument("--profile", action="store_true", help="also profile the gateway")
+    parser.add_argument(
+        "--floor", action="store_true", help="also measure a TCP byte pipe (bench.pipe)"
+    )
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument(
         "--reps", type=int, default=3, help="interleaved rounds per level, samples pooled"
@@ -384,6 +395,7 @@ def _parse(argv: list[str]) -> tuple[Config, Path | None]:
         time_scale=args.time_scale,
         with_smg=not args.no_smg,
         profile=args.profile,
+        floor=args.floor,
         warmup=args.warmup,
         reps=max(1, args.reps),
     )
