@@ -245,12 +245,17 @@ def with_engine_timings(
 
 
 def fetch_engine_timings(sim_urls: list[str]) -> dict[str, EngineTiming]:
-    """rid -> EngineTiming, from each simulator's /sim/timings."""
+    """x-request-id -> EngineTiming, from each simulator's /sim/timings.
+
+    Keyed by the x-request-id the engine request carried, which is the client's own id on
+    every path: smg forwards the header (and the simulator's OpenAI route takes it as rid),
+    and flashbox's gateway sends it with /generate while the rid is its own.
+    """
     timings: dict[str, EngineTiming] = {}
     for url in sim_urls:
         body = httpx.get(url + "/sim/timings", timeout=30.0).json()
         for t in body["requests"]:
-            timings[t["rid"]] = EngineTiming(
+            timings[t["request_id"]] = EngineTiming(
                 wall_ttft_s=t["first_token_s"] - t["arrival_s"], model_ttft_s=t["model_ttft_s"]
             )
     return timings

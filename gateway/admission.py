@@ -159,7 +159,7 @@ class AdmissionController:
     @staticmethod
     async def _abort(entry: Ticket) -> None:
         name = entry.scope_state.get("replica")
-        rid = entry.scope_state.get("request_id")
+        rid = entry.scope_state.get("rid")
         state = entry.app_state
         replica = next((r for r in state.picker.replicas if r.name == name), None)
         if replica is None or not isinstance(rid, str):

@@ -269,8 +269,14 @@ class WirePool:
             target = self._targets[url] = (parts.hostname, port, head)
         return target
 
-    async def post(self, url: str, body: bytes) -> WireResponse:
+    async def post(self, url: str, body: bytes, request_id: str | None = None) -> WireResponse:
+        """POST `body` as JSON; `request_id` becomes an x-request-id header."""
         host, port, head = self._target(url)
+        if request_id is not None:
+            header = request_id.encode("ascii", "replace")
+            if b"\r" in header or b"\n" in header:
+                raise WireError("a request id may not hold a line break")
+            head += b"X-Request-Id: " + header + b"\r\n"
         if self._slots.locked():
             try:
                 await asyncio.wait_for(self._slots.acquire(), self._pool_timeout)

@@ -58,23 +58,29 @@ class RequestContextMiddleware:
             return True
         return sum(len(k) + len(v) for k, v in headers) > self.max_header_bytes
 
-    def _request_id(self, scope: Scope) -> str:
+    def _client_request_id(self, scope: Scope) -> str | None:
         for name, value in scope["headers"]:
             if name == b"x-request-id":
-                # Honoured only when it is safe to echo and to use as the engine's rid.
+                # Honoured only when it is safe to echo in a header and to write in a log.
                 if len(value) <= self.max_id and _SAFE_ID.fullmatch(value):
                     return bytes(value).decode()
                 break
-        return uuid.uuid4().hex
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         arrival = time.perf_counter()
-        request_id = self._request_id(scope)
+        # The engine's rid is always ours, 32 hex digits, never the client's id: SGLang's
+        # abort_request stops every request whose rid *starts with* the one given, so a rid a
+        # client could choose ("a") would let its disconnect abort other clients' generations.
+        # Ids of one fixed width are never each other's prefix. The client's x-request-id is
+        # echoed, logged and forwarded to the engine as a header; without one, the rid is it.
+        rid = uuid.uuid4().hex
+        request_id = self._client_request_id(scope) or rid
         state = scope.setdefault("state", {})
-        state.update(request_id=request_id, arrival=arrival, replica="none")
+        state.update(request_id=request_id, rid=rid, arrival=arrival, replica="none")
         started = False
         if self._headers_too_large(scope):
             await send(
@@ -95,9 +101,7 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 started = True
                 headers = list(message.get("headers", ()))
-                # From the state, not `request_id`: the chat route may have had to change it
-                # (gateway.state.AppState.claim_rid).
-                headers.append((b"x-request-id", str(state["request_id"]).encode()))
+                headers.append((b"x-request-id", request_id.encode()))
                 headers.append((b"x-flashbox-replica", str(state["replica"]).encode()))
                 message = {**message, "headers": headers}
             await send(message)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 
 import httpx
@@ -42,25 +41,6 @@ class AppState:
     in_flight: int = 0
     # Fire-and-forget work (abort_request calls) kept referenced until done.
     background: set[asyncio.Task[bool]] = field(default_factory=set)
-    # The engine rids in use (bounded by admission.max_in_flight): see claim_rid.
-    live_rids: set[str] = field(default_factory=set)
-
-    def claim_rid(self, wanted: str) -> str:
-        """`wanted` (the request id) as the engine's rid, unless a request in flight has it.
-
-        A client chooses its x-request-id; two requests with the same one at once would share
-        a rid, which the engine refuses, and a disconnect of one would abort the other's
-        generation. The second gets `wanted` plus a random suffix instead, which its
-        x-request-id response header then shows. `release_rid` when the request is over.
-        """
-        rid = wanted
-        while rid in self.live_rids:
-            rid = f"{wanted}.{uuid.uuid4().hex[:12]}"
-        self.live_rids.add(rid)
-        return rid
-
-    def release_rid(self, rid: str) -> None:
-        self.live_rids.discard(rid)
 
     def admit(self, model: str, arrival: float) -> RequestRecord:
         """Counts an admitted request in (the bound and queue are gateway.admission's)."""

@@ -36,6 +36,7 @@ from gateway.settings import TimeoutSettings, UpstreamSettings
 log = logging.getLogger("gateway.upstream")
 
 _JSON_HEADERS = {"content-type": "application/json"}
+_ID = "x-request-id"
 
 
 class EngineClient:
@@ -89,8 +90,13 @@ class EngineClient:
             transport=transport,
         )
 
-    async def open_generate(self, replica: Replica, payload: dict[str, Any]) -> EngineStream:
-        """POST /generate with stream=true; returns once the engine answered with 200."""
+    async def open_generate(
+        self, replica: Replica, payload: dict[str, Any], request_id: str | None = None
+    ) -> EngineStream:
+        """POST /generate with stream=true; returns once the engine answered with 200.
+
+        `request_id` (the client's x-request-id, or the rid) goes along as the x-request-id
+        header: SGLang ignores it, but an operator's proxy or the simulator can log it."""
         url = self._urls.get(replica.base_url)
         if url is None:
             url = self._urls[replica.base_url] = replica.base_url + "/generate"
@@ -99,7 +105,7 @@ class EngineClient:
         first_deadline = loop.time() + self.deadlines.first_token_s
         try:
             async with asyncio.timeout_at(first_deadline):
-                response = await self._post(url, body)
+                response = await self._post(url, body, request_id)
         except TimeoutError as exc:
             raise UpstreamTimeoutError(
                 f"The engine did not start answering within {self.deadlines.first_token_s:g}s "
@@ -126,15 +132,19 @@ class EngineClient:
             idle_s=self.deadlines.stream_idle_s,
         )
 
-    async def _post(self, url: str, body: bytes) -> ResponseBody:
+    async def _post(self, url: str, body: bytes, request_id: str | None = None) -> ResponseBody:
         if self._wire is not None and url.startswith("http://"):
-            return await self._wire.post(url, body)
+            return await self._wire.post(url, body, request_id)
         if self._transport is None:
             # An https:// engine: TLS is httpx's job (the wire client speaks plain HTTP only).
             self._transport = self._httpx_transport()
             self._owned_transport = True
         request = httpx.Request(
-            "POST", url, content=body, headers=_JSON_HEADERS, extensions={"timeout": self._timeouts}
+            "POST",
+            url,
+            content=body,
+            headers=_JSON_HEADERS if request_id is None else {**_JSON_HEADERS, _ID: request_id},
+            extensions={"timeout": self._timeouts},
         )
         return HttpxBody(await self._transport.handle_async_request(request))
 

@@ -230,11 +230,12 @@ async def sim_timings(request: Request) -> Response:
             "requests": [
                 {
                     "rid": rid,
+                    "request_id": request_id or rid,
                     "arrival_s": arrival,
                     "first_token_s": first,
                     "model_ttft_s": model_ttft,
                 }
-                for rid, arrival, first, model_ttft in engine.scheduler.timings
+                for rid, request_id, arrival, first, model_ttft in engine.scheduler.timings
             ],
         }
     )

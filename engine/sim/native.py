@@ -167,7 +167,9 @@ async def generate(request: Request) -> Response | WatchedResponse:
     engine: SimEngine = request.app.state.engine
     try:
         params = parse_generate(
-            await read_json(request, engine), request.headers.get("x-sim-fault")
+            await read_json(request, engine),
+            request.headers.get("x-sim-fault"),
+            request.headers.get("x-request-id"),
         )
         req = engine.create_request(params)
         if req.fault is not None and req.fault.kind is FaultKind.UNAVAILABLE:
@@ -202,5 +204,5 @@ async def abort_request(request: Request) -> Response:
     if abort_all:
         count = engine.scheduler.abort_all("aborted by /abort_request")
     else:
-        count = int(engine.scheduler.abort(rid, "aborted by /abort_request"))
+        count = engine.scheduler.abort(rid, "aborted by /abort_request")
     return JSONResponse({"aborted": count})

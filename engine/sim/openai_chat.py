@@ -87,9 +87,9 @@ async def chat_completions(request: Request) -> Response | WatchedResponse:
     engine: SimEngine = request.app.state.engine
     try:
         raw = await read_json(request, engine)
+        request_id = request.headers.get("x-request-id")
         params = parse_generate(
-            to_generate_body(raw, request.headers.get("x-request-id")),
-            request.headers.get("x-sim-fault"),
+            to_generate_body(raw, request_id), request.headers.get("x-sim-fault"), request_id
         )
         req = engine.create_request(params)
         if req.fault is not None and req.fault.kind is FaultKind.UNAVAILABLE:

@@ -55,6 +55,9 @@ class GenerateParams:
     sim: SimOverrides = field(default_factory=SimOverrides)
     # Tool names a tool-call grammar (sampling_params.ebnf) allows; None without a grammar.
     grammar_tools: tuple[str, ...] | None = None
+    # The x-request-id header the request came with (a router's or a client's id), for
+    # /sim/timings; SGLang itself ignores it.
+    request_id: str | None = None
 
 
 def _is_int(value: Any) -> bool:
@@ -181,7 +184,9 @@ def _prompt(body: dict[str, Any]) -> tuple[str | None, list[int] | None]:
     raise SimRequestError("the request needs text or input_ids", "text")
 
 
-def parse_generate(body: Any, header_fault: str | None = None) -> GenerateParams:
+def parse_generate(
+    body: Any, header_fault: str | None = None, request_id: str | None = None
+) -> GenerateParams:
     if not isinstance(body, dict):
         raise SimRequestError("the body must be a JSON object")
     text, input_ids = _prompt(body)
@@ -222,6 +227,7 @@ def parse_generate(body: Any, header_fault: str | None = None) -> GenerateParams
         no_stop_trim=_opt_bool(sampling, "no_stop_trim", where),
         sim=parse_overrides(body.get("custom_params"), header_fault),
         grammar_tools=_grammar_tools(sampling.get("ebnf")),
+        request_id=request_id,
     )
 
 

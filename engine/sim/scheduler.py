@@ -75,7 +75,10 @@ class Scheduler:
         # (rid, arrival, first token) in time.perf_counter() seconds (the loop's clock ticks
         # in whole milliseconds under uvloop, too coarse for a router's added latency), and
         # the modelled TTFT in reference-hardware seconds.
-        self.timings: deque[tuple[str, float, float, float]] = deque(maxlen=TIMINGS_KEPT)
+        # (rid, x-request-id or None, arrival, first token, modelled TTFT)
+        self.timings: deque[tuple[str, str | None, float, float, float]] = deque(
+            maxlen=TIMINGS_KEPT
+        )
         self.clock = ModelClock(time_scale, self._loop.time)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -123,14 +126,18 @@ class Scheduler:
         self.metrics.queued.set(self._queued)
         self._wake.set()
 
-    def abort(self, rid: str, message: str, *, counted: bool = True) -> bool:
-        req = self._live.get(rid)
-        if req is None:
-            return False
-        self._finish(req, {"type": "abort", "message": message}, on_token=False)
-        if counted:
-            self.metrics.aborted.inc()
-        return True
+    def abort(self, rid: str, message: str, *, counted: bool = True) -> int:
+        """Abort `rid` and, as SGLang's scheduler does, every live request whose rid starts
+        with it; nothing unless `rid` itself is live (SGLang's tokenizer manager checks that
+        first). Returns how many were aborted."""
+        if rid not in self._live:
+            return 0
+        matched = [req for key, req in self._live.items() if key.startswith(rid)]
+        for req in matched:
+            self._finish(req, {"type": "abort", "message": message}, on_token=False)
+            if counted:
+                self.metrics.aborted.inc()
+        return len(matched)
 
     def abort_all(self, message: str) -> int:
         rids = list(self._live)
@@ -306,7 +313,15 @@ class Scheduler:
             req.wall_first_token = now
             self.metrics.ttft.observe(now - req.wall_arrival)
             model_ttft = (req.model.first_token or self.clock.model) - req.model.arrival
-            self.timings.append((req.rid, req.perf_arrival, time.perf_counter(), model_ttft))
+            self.timings.append(
+                (
+                    req.rid,
+                    req.params.request_id,
+                    req.perf_arrival,
+                    time.perf_counter(),
+                    model_ttft,
+                )
+            )
         else:
             self.metrics.itl.observe(now - req.wall_last_token)
         req.wall_last_token = now

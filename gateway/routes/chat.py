@@ -55,9 +55,7 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     except ClientDisconnected:
         state.metrics.requests.labels(model=model, code="499").inc()
         raise
-    run = ChatRun(
-        state, chat, record, scope_state["request_id"], scope_state, headers.get(b"x-session-id")
-    )
+    run = ChatRun(state, chat, record, scope_state, headers.get(b"x-session-id"))
     return await run.respond(receive)
 
 

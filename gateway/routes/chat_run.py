@@ -37,7 +37,6 @@ class ChatRun:
         state: AppState,
         chat: ChatInput,
         record: RequestRecord,
-        request_id: str,
         scope_state: dict[str, Any],
         session_header: str | None,
     ) -> None:
@@ -45,8 +44,10 @@ class ChatRun:
         self._chat = chat
         self._record = record
         self._scope_state = scope_state
-        # The engine's rid; the response headers show it (gateway.middleware reads it late).
-        self._request_id = scope_state["request_id"] = state.claim_rid(request_id)
+        # The engine's rid (gateway.middleware makes it); the client's own id, for the engine's
+        # logs, travels as the x-request-id header of /generate.
+        self._rid: str = scope_state["rid"]
+        self._request_id: str = scope_state["request_id"]
         # Hashed here, before anything could log it (gateway.routing.session_key).
         self._session_key = request_session_key(chat, session_header, state.settings.routing)
         self._tool_choice = _tool_choice(chat)
@@ -87,10 +88,10 @@ class ChatRun:
         record.mark("queue")
         prompt = await self._render()
         record.mark("render")
-        ctx = self._ctx = RequestContext(self._request_id, self._session_key, prompt)
+        ctx = self._ctx = RequestContext(self._rid, self._session_key, prompt)
         tag = state.settings.model.reasoning_open_tag
         in_reasoning = bool(tag) and prompt.endswith(tag)
-        body = generate_body(chat.request, prompt, self._request_id, state.settings)
+        body = generate_body(chat.request, prompt, self._rid, state.settings)
         constraint = state.constraint_builder(
             tools=chat.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
         )
@@ -107,7 +108,7 @@ class ChatRun:
             parser=parser,
             differ=TextDiffer(incremental=state.settings.upstream.incremental_output),
             record=record,
-            completion_id=f"chatcmpl-{self._request_id}",
+            completion_id=f"chatcmpl-{self._rid}",
             created=int(time.time()),
             model=chat.model,
         )
@@ -125,7 +126,7 @@ class ChatRun:
             self._record.mark("route")
             self._upstream_sent = True
             try:
-                return await state.engine.open_generate(replica, body)
+                return await state.engine.open_generate(replica, body, self._request_id)
             except GatewayError as exc:
                 outcome, retryable = classify_failure(exc)
                 self._untake(replica)
@@ -178,7 +179,7 @@ class ChatRun:
                 phase = "queued"
             else:
                 phase = self._relay.phase
-            self._state.abort_upstream(self._replica, self._request_id, phase)
+            self._state.abort_upstream(self._replica, self._rid, phase)
         if self._relay is not None:
             self._relay.settle()
             await self._relay.aclose()
@@ -192,7 +193,6 @@ class ChatRun:
         # A stream that ended without finishing its record (it should not happen) still counts.
         self._record.finish(200 if self._outcome is Outcome.OK else 500)
         self._state.release()
-        self._state.release_rid(self._request_id)
         replica, ctx = self._replica, self._ctx
         if replica is None or ctx is None:
             return

@@ -105,3 +105,34 @@ def test_while_waiting_in_the_engine_queue(busy_pair: tuple[Proc, Proc]) -> None
         assert wait_for(lambda: metric_sum(sim, ABORTS) >= before + 1)
         holder.close()
         assert wait_for(lambda: metric_sum(sim, ABORTS) >= before + 2)
+
+
+def test_a_client_chosen_id_cannot_abort_another_request(
+    sim: Proc, gateway: Proc, client: openai.OpenAI
+) -> None:
+    """SGLang aborts by rid prefix (the simulator too): the client ids "a" and "ab" must not
+    become rids, or the first client's leaving would abort the second's generation."""
+    before = metric_sum(sim, ABORTS)
+    leaving = client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        stream=True,
+        extra_body=sim_body(fault="stall_first"),
+        extra_headers={"x-request-id": "a"},
+    )
+    next(iter(leaving))  # its generation is live on the engine, before its first token
+    staying = client.chat.completions.with_streaming_response.create(
+        model=MODEL,
+        messages=MESSAGES,
+        stream=True,
+        extra_body=sim_body(fault="stall:2"),  # live on the engine until aborted
+        extra_headers={"x-request-id": "ab"},
+    )
+    with staying as response:
+        lines = response.iter_lines()
+        assert next(line for line in lines if line.startswith("data:"))
+        leaving.close()
+        assert wait_for(lambda: metric_sum(sim, ABORTS) >= before + 1)
+        time.sleep(0.3)
+        assert metric_sum(sim, ABORTS) == before + 1  # only the request that left
+    assert response.headers["x-request-id"] == "ab"

@@ -42,6 +42,8 @@ class FakeEngine:
     reachable: bool = True
     generates: list[dict[str, Any]] = field(default_factory=list)
     aborts: list[str] = field(default_factory=list)
+    # The x-request-id header of each /generate (the client's id, as the gateway forwards it).
+    request_ids: list[str | None] = field(default_factory=list)
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -58,6 +60,7 @@ class FakeEngine:
         if path == "/generate":
             body = orjson.loads(await request.aread())
             self.generates.append(body)
+            self.request_ids.append(request.headers.get("x-request-id"))
             script = self.script
             if script.status != 200:
                 return httpx.Response(script.status, content=script.error_body)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import orjson
 
@@ -90,7 +92,10 @@ async def test_generate_body_maps_sampling(client: httpx.AsyncClient, engine: Fa
     assert response.status_code == 200
     assert response.headers["x-request-id"] == "my-req.1"
     sent = engine.generates[0]
-    assert sent["rid"] == "my-req.1"
+    # The rid is the gateway's own (SGLang aborts by rid prefix: a client must not pick it);
+    # the client's id goes along as a header.
+    assert re.fullmatch(r"[0-9a-f]{32}", sent["rid"])
+    assert engine.request_ids == ["my-req.1"]
     assert sent["stream"] is True
     assert sent["text"].startswith("[gMASK]<sop>")
     params = sent["sampling_params"]

@@ -205,3 +205,36 @@ async def test_read_timeout_is_per_wait_across_many_reads(server: Start) -> None
     assert received == b"x" * 8
     await response.aclose()
     wire.close()
+
+
+async def test_the_request_id_travels_as_a_header(server: Start) -> None:
+    heads: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                return
+            heads.append(head)
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            await reader.readexactly(length)
+            writer.write(chunked(b"data: [DONE]\n\n"))
+            await writer.drain()
+
+    url = await server(handler)
+    wire = pool()
+    for request_id in ("client-7", None):
+        response = await wire.post(url, b"{}", request_id)
+        await read_all(aiter(response))
+        await response.aclose()
+    with pytest.raises(WireError, match="line break"):
+        await wire.post(url, b"{}", "evil\r\nX-Injected: 1")
+    wire.close()
+    assert b"\r\nX-Request-Id: client-7\r\n" in heads[0]
+    assert b"X-Request-Id" not in heads[1]
+    assert len(heads) == 2

@@ -98,3 +98,31 @@ def test_abort_unknown_rid_and_abort_all(one_slot: Proc) -> None:
         "aborted": 0
     }
     assert httpx.post(one_slot.url + "/abort_request", json={"abort_all": True}).status_code == 200
+
+
+def test_abort_takes_every_rid_that_starts_with_it_as_sglang_does() -> None:
+    """SGLang's scheduler aborts each request whose rid starts with the given one, once the
+    given rid itself is live; the simulator does the same, so a router that lets clients
+    choose rids is caught here (gateway.middleware keeps rids its own and of one width)."""
+    sim = start_sim("--max-running-requests", "4", name="prefix", time_scale=0.01)
+    try:
+        with httpx.Client(timeout=30) as client:
+            streams, readers = [], []
+            for rid in ("a", "ab", "b"):
+                body = {"text": "x", "rid": rid, "stream": True, "sampling_params": LONG}
+                stream = client.stream("POST", sim.url + "/generate", json=body)
+                lines = stream.__enter__().iter_lines()
+                next(lines)
+                # Kept referenced: a collected iterator closes its stream (a disconnect).
+                streams.append(stream)
+                readers.append(lines)
+            nope = client.post(sim.url + "/abort_request", json={"rid": "b-not-live"}).json()
+            assert nope == {"aborted": 0}  # the given rid must itself be live
+            assert client.post(sim.url + "/abort_request", json={"rid": "a"}).json() == {
+                "aborted": 2
+            }
+            _wait_for(lambda: _running(sim.url) == 1)  # "b" still runs
+            for stream in streams:
+                stream.__exit__(None, None, None)
+    finally:
+        sim.stop()

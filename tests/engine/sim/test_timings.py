@@ -68,4 +68,22 @@ def test_openai_request_takes_its_rid_from_x_request_id(sim: Proc) -> None:
         timeout=30.0,
     )
     assert reply.json()["id"] == f"chatcmpl-{body_rid}"
-    assert _timing(sim, body_rid)["first_token_s"] > 0
+    timing = _timing(sim, body_rid)
+    assert timing["first_token_s"] > 0
+    assert timing["request_id"] == "ignored-" + body_rid  # the header, kept for tracing
+
+
+def test_generate_records_the_x_request_id_it_came_with(sim: Proc) -> None:
+    # flashbox's gateway sends its own rid and the client's id as the header.
+    rid, client_id = uuid.uuid4().hex, f"client-{uuid.uuid4().hex}"
+    body = {"text": "hi", "rid": rid, "sampling_params": {"max_new_tokens": 2}}
+    response = httpx.post(
+        sim.url + "/generate", json=body, headers={"x-request-id": client_id}, timeout=30.0
+    )
+    assert response.status_code == 200
+    timing = _timing(sim, rid)
+    assert timing["request_id"] == client_id
+    # Without the header, the rid stands in.
+    other = uuid.uuid4().hex
+    httpx.post(sim.url + "/generate", json={**body, "rid": other}, timeout=30.0)
+    assert _timing(sim, other)["request_id"] == other
