@@ -20,6 +20,7 @@ SUITES: dict[str, str] = {
     "template": "bench.template_render",
     "parsers": "bench.parser_cost",
     "overhead": "bench.overhead",
+    "steps": "bench.hop_steps",
     "affinity": "bench.affinity",
     "serve": "bench.serve",
     "sessions": "bench.sessions",
