@@ -130,6 +130,15 @@ class AffinityPicker:
     def _place(
         self, ctx: RequestContext, key: str, usable: list[Replica], affinity: str, now: float
     ) -> AffinityPick:
+        if len(usable) == 1:
+            # One replica (one GPU: the usual appliance): nothing to rank or balance.
+            target = usable[0]
+            if not self._has_room(target):
+                log.info(
+                    "over budget: session %s %s (%s)", key[:12], affinity, self._budgets(usable)
+                )
+            self.pins.put(key, target.name, now)
+            return self._chosen(ctx, target, affinity, _Pending(key, affinity, 0), now)
         choices = ranked(key, usable)
         roomy = [r for r in choices if self._has_room(r)]
         if not roomy:

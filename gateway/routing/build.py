@@ -24,7 +24,7 @@ def build_routing(
     for outcome in OUTCOMES:
         metrics.affinity.labels(outcome=outcome)
     picker = AffinityPicker(
-        replicas, settings.routing, lambda outcome: metrics.affinity.labels(outcome=outcome).inc()
+        replicas, settings.routing, lambda outcome: metrics.child(metrics.affinity, outcome).inc()
     )
 
     def replica_changed(replica: Replica) -> None:

@@ -289,3 +289,20 @@ def test_a_spill_keeps_charging_the_replica_it_left_until_its_sessions_move_on()
     clock.now += 1
     assert turn(picker, ab[1], 1500, 768) is a
     assert picker.pins.charged(a.name) == 1
+
+
+def test_one_replica_takes_every_session_and_logs_placements_over_budget(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Budget (9 - 2 - 1) / 2 + 1 = 4 sessions; the fifth and sixth land over it, on the only
+    # replica there is, and are pinned there like the rest.
+    picker, replicas, counts, _ = make(
+        1, checkpoint_slots=9, max_running_requests=2, checkpoints_per_session=2.0
+    )
+    with caplog.at_level("INFO", logger="gateway.routing.affinity"):
+        assert all(turn(picker, f"s{i}", 1000, 0) is replicas[0] for i in range(6))
+    assert counts == {"new": 6}
+    assert len([r for r in caplog.records if "over budget" in r.getMessage()]) == 2
+    assert picker.pins.live(replicas[0].name) == 6
+    assert turn(picker, "s0", 1500, 768) is replicas[0]
+    assert counts["hit"] == 1
