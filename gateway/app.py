@@ -124,9 +124,8 @@ class GatewayApp(FastAPI):
     puts around them: the telemetry hook, Starlette's ServerErrorMiddleware (the request
     context middleware already turns an unexpected exception into an OpenAI-shaped 500),
     ExceptionMiddleware and the router. Each of those is a Python call before the engine sees
-    the request and a wrapper call on every streamed chunk; on a cold CPU (the gateway idles
-    through a prefill) they measured a tenth of the gateway's time to first token
-    (docs/benchmarks.md). Everything else takes FastAPI's full path.
+    the request, and a wrapper call on every streamed chunk. Everything else takes FastAPI's
+    full path.
     """
 
     _chat_stack: ASGIApp | None = None

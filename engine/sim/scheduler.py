@@ -72,10 +72,10 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
-        # (rid, arrival, first token) in time.perf_counter() seconds (the loop's clock ticks
-        # in whole milliseconds under uvloop, too coarse for a router's added latency), and
-        # the modelled TTFT in reference-hardware seconds.
-        # (rid, x-request-id or None, arrival, first token, modelled TTFT)
+        # (rid, its x-request-id header or None, arrival, first token, modelled TTFT): arrival
+        # and first token in time.perf_counter() seconds (the loop's clock ticks in whole
+        # milliseconds under uvloop, too coarse for a router's added latency), the modelled TTFT
+        # in reference-hardware seconds.
         self.timings: deque[tuple[str, str | None, float, float, float]] = deque(
             maxlen=TIMINGS_KEPT
         )

@@ -130,16 +130,13 @@ class AffinityPicker:
     def _place(
         self, ctx: RequestContext, key: str, usable: list[Replica], affinity: str, now: float
     ) -> AffinityPick:
-        if len(usable) == 1:
-            # One replica (one GPU: the usual appliance): nothing to rank or balance.
-            target = usable[0]
-            if not self._has_room(target):
-                log.info(
-                    "over budget: session %s %s (%s)", key[:12], affinity, self._budgets(usable)
-                )
-            self.pins.put(key, target.name, now)
-            return self._chosen(ctx, target, affinity, _Pending(key, affinity, 0), now)
-        choices = ranked(key, usable)
+        target = self._placement(key, usable, affinity)
+        self.pins.put(key, target.name, now)
+        return self._chosen(ctx, target, affinity, _Pending(key, affinity, 0), now)
+
+    def _placement(self, key: str, usable: list[Replica], affinity: str) -> Replica:
+        # One replica (one GPU: the usual appliance) leaves nothing to rank or balance.
+        choices = usable if len(usable) == 1 else ranked(key, usable)
         roomy = [r for r in choices if self._has_room(r)]
         if not roomy:
             # Every budget is full: evictions will happen somewhere; spread them evenly.
@@ -151,13 +148,13 @@ class AffinityPicker:
                 target.name,
                 self._budgets(usable),
             )
-        elif affinity == "new":
+        elif affinity == "new" and len(roomy) > 1:
             target = self._bounded(roomy, usable)
         else:
-            # Failover: the next rendezvous choice with room, as every gateway would pick it.
+            # Failover (or the only choice with room): the next rendezvous choice with room, as
+            # every gateway would pick it.
             target = roomy[0]
-        self.pins.put(key, target.name, now)
-        return self._chosen(ctx, target, affinity, _Pending(key, affinity, 0), now)
+        return target
 
     def _bounded(self, roomy: list[Replica], usable: list[Replica]) -> Replica:
         """Rendezvous with bounded loads: the first choice whose share of the sessions stays
