@@ -21,6 +21,7 @@ SUITES: dict[str, str] = {
     "parsers": "bench.parser_cost",
     "overhead": "bench.overhead",
     "steps": "bench.hop_steps",
+    "relay": "bench.relay_cost",
     "affinity": "bench.affinity",
     "serve": "bench.serve",
     "sessions": "bench.sessions",

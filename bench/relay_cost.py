@@ -1,0 +1,163 @@
+"""`python -m bench relay`: the gateway's CPU per engine event on the streaming path, in-process.
+
+An SGLang-shaped /generate response (cumulative `text` and `output_ids`, `meta_info`, one HTTP
+chunk per token, a finish event, `[DONE]`) is fed to the engine connection's protocol
+callbacks one chunk per event-loop turn, as a socket would deliver it, and relayed by the real
+pieces: the wire client's parser, EngineStream, ChatRelay with the model family's output
+parser, and chunk building. Only the network is missing, on both sides (the client side is
+a `send` that drops the bytes), so this is the gateway's own work per event, warm, without
+syscalls: the number to move when changing the relay. Median and best of `--rounds` answers
+of `--tokens` tokens, in microseconds per event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import cast
+
+import orjson
+import uvloop
+
+from bench.stats import percentile
+from gateway.engine_stream import EngineStream
+from gateway.engine_wire import WirePool, WireResponse, _Connection
+from gateway.settings import Settings
+from gateway.state import build_state
+from gateway.stream.relay import ChatRelay
+from gateway.stream.text_diff import TextDiffer
+
+MODEL = "glm-5.3-flash"
+_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def engine_chunks(tokens: int) -> list[bytes]:
+    """HTTP chunks of one answer: a quarter reasoning, then content, as GLM writes it."""
+    words = ("on ", "with ", "the ", "model ", "token ", "and ")
+    text, ids, chunks = "", [], []
+    meta: dict[str, object]
+    for i in range(tokens):
+        text += "</think>" if i == tokens // 4 else words[i % len(words)]
+        ids.append(1000 + i)
+        meta = {"id": "r", "finish_reason": None, "prompt_tokens": 10, "completion_tokens": i + 1}
+        if i == tokens - 1:
+            meta["finish_reason"] = {"type": "stop", "matched": 151336}
+        data = b"data: " + orjson.dumps({"text": text, "output_ids": ids, "meta_info": meta})
+        chunks.append(b"%x\r\n%s\n\n\r\n" % (len(data) + 2, data))
+    done = b"data: [DONE]\n\n"
+    chunks.append(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+    return chunks
+
+
+class _NoNetwork:
+    """The engine socket's transport: nothing to write to, nothing to pause."""
+
+    def write(self, data: bytes) -> None:
+        return None
+
+    def pause_reading(self) -> None:
+        return None
+
+    def resume_reading(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+async def _measure(tokens: int, rounds: int, sink: list[bytes] | None) -> list[float]:
+    state = build_state(Settings(engines=["http://127.0.0.1:9"]))
+    chunks = engine_chunks(tokens)
+    pool = WirePool(
+        max_connections=1,
+        max_idle=1,
+        keepalive_expiry=30.0,
+        connect_timeout=5.0,
+        read_timeout=30.0,
+        pool_timeout=5.0,
+    )
+    loop = asyncio.get_running_loop()
+
+    async def drop(data: bytes) -> None:
+        if sink is not None:
+            sink.append(data)
+
+    per_event: list[float] = []
+    for _ in range(rounds):
+        conn = _Connection(loop, ("engine", 1))
+        conn.connection_made(cast(asyncio.Transport, _NoNetwork()))
+        conn.send(b"")
+        conn.data_received(_HEAD)
+        await pool._slots.acquire()  # released by the response's aclose, as in WirePool.post
+        stream = EngineStream(WireResponse(pool, conn, 200), 1 << 20, first_deadline=None)
+        record = state.admit(MODEL, time.perf_counter())
+        parser = state.parser_factory(tools=None, tool_choice=None, starts_in_reasoning=True)
+        relay = ChatRelay(
+            engine=stream,
+            parser=parser,
+            differ=TextDiffer(),
+            record=record,
+            completion_id="chatcmpl-bench",
+            created=0,
+            model=MODEL,
+        )
+        task = loop.create_task(relay.stream(drop, include_usage=True))
+        await asyncio.sleep(0)
+        started = time.process_time()
+        for chunk in chunks:
+            conn.data_received(chunk)
+            await asyncio.sleep(0)  # one event-loop turn per network read
+        await task
+        per_event.append((time.process_time() - started) / tokens * 1e6)
+        state.release()
+    return per_event
+
+
+def measure(tokens: int, rounds: int, sink: list[bytes] | None = None) -> dict[str, float]:
+    """`sink` collects what the relay sent (tests check it)."""
+    results: list[float] = []
+
+    async def run() -> None:
+        results.extend(await _measure(tokens, rounds, sink))
+
+    uvloop.run(run())
+    return {
+        "tokens": tokens,
+        "median_us_per_event": percentile(results, 50),
+        "best_us_per_event": min(results),
+    }
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench relay", description=__doc__)
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--out", type=Path, default=None, help="write results JSON here")
+    return parser.parse_args(argv)
+
+
+def _line(result: dict[str, float]) -> str:
+    return (
+        f"{result['tokens']:.0f}-token answers: {result['median_us_per_event']:.1f} µs CPU per "
+        f"engine event (median), {result['best_us_per_event']:.1f} µs best"
+    )
+
+
+def main(argv: list[str]) -> int:
+    args = _parse(argv)
+    result = measure(args.tokens, args.rounds)
+    print(_line(result))
+    if args.out is not None:
+        args.out.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def report(out_dir: Path) -> str:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    args = _parse([])
+    result = measure(args.tokens, args.rounds)
+    (out_dir / "relay.json").write_text(json.dumps(result, indent=2))
+    return f"## The relay's own CPU per engine event (in-process, warm)\n\n{_line(result)}\n"
