@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.errors import ClientDisconnected, GatewayError
 from gateway.routes.chat_input import parse_chat, read_body
 from gateway.routes.chat_run import ChatRun
-from gateway.routes.deps import error_response
+from gateway.routes.deps import app_state, error_response
 from gateway.state import AppState
 
 router = APIRouter()
@@ -62,7 +62,7 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     try:
-        return await _respond(request.app.state.flashbox, request.scope, request.receive)
+        return await _respond(app_state(request), request.scope, request.receive)
     except ClientDisconnected:
         return Response(status_code=499)  # nobody is left to read it
 
