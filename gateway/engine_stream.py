@@ -144,6 +144,16 @@ class EngineStream:
         chunks = aiter(self._response)
         try:
             while (chunk := await self._read(chunks)) is not None:
+                if (
+                    not buf
+                    and chunk.startswith(b"data: {")
+                    and chunk.find(b"\n") == len(chunk) - 2
+                    and b'"error"' not in chunk[:48]
+                ):
+                    # The usual read: one event on one line. SGLang repeats the whole output
+                    # in each, so it is decoded in place: no split, no copies of it but one.
+                    yield self._output(self._decode_json(chunk, 6, len(chunk) - 2))
+                    continue
                 if not buf and chunk.endswith(b"\n\n"):
                     # The usual read: whole events only, nothing carried over.
                     raws = chunk.split(b"\n\n")
@@ -238,11 +248,17 @@ class EngineStream:
             return None
         if not data:
             return EngineEvent("", {})
+        return EngineStream._decode_json(data, 0, len(data))
+
+    @staticmethod
+    def _decode_json(data: bytes, start: int, end: int) -> EngineEvent:
+        """The event whose JSON is data[start:end]; raises on an in-stream error event."""
         try:
-            obj = orjson.loads(_without_output_ids(data))
+            obj = orjson.loads(_without_output_ids(data, start, end))
         except orjson.JSONDecodeError:
             try:
-                obj = orjson.loads(data)  # whatever the cut did, the event as sent decides
+                # Whatever the cut did, the event as sent decides.
+                obj = orjson.loads(memoryview(data)[start:end])
             except orjson.JSONDecodeError as exc:
                 raise UpstreamStreamError("The engine sent an event that is not JSON.") from exc
         if not isinstance(obj, dict):
@@ -264,21 +280,19 @@ class EngineStream:
 _OUTPUT_IDS = b',"output_ids":['
 
 
-def _without_output_ids(data: bytes) -> bytes:
-    """The event without its `output_ids`, which the gateway never reads.
+def _without_output_ids(data: bytes, start: int, end: int) -> bytes | memoryview:
+    """The event in data[start:end] without its `output_ids`, which the gateway never reads.
 
     SGLang's events carry every token id generated so far, like `text`: decoding them makes
     a list of n ints per event, O(n^2) over an answer (at 256 tokens the decode was the
     largest single line of the gateway's profile). Cutting the array out is two C-speed
-    scans. The match is
-    structural: inside a JSON string a quote is always escaped, so `,"` cannot occur there,
-    and token ids are a flat array of ints, closed by the first `]`. Anything unexpected
-    (spaces from another JSON encoder, a different layout) leaves the event as it is.
+    scans. The match is structural: inside a JSON string a quote is always escaped, so `,"`
+    cannot occur there, and token ids are a flat array of ints, closed by the first `]`.
+    Anything unexpected (spaces from another JSON encoder, a different layout) leaves the
+    event as it is.
     """
-    start = data.find(_OUTPUT_IDS)
-    if start < 0:
-        return data
-    end = data.find(b"]", start + len(_OUTPUT_IDS))
-    if end < 0:
-        return data
-    return data[:start] + data[end + 1 :]
+    cut = data.find(_OUTPUT_IDS, start, end)
+    close = -1 if cut < 0 else data.find(b"]", cut + len(_OUTPUT_IDS), end)
+    if close < 0:
+        return memoryview(data)[start:end]  # orjson reads a view: no copy
+    return data[start:cut] + data[close + 1 : end]

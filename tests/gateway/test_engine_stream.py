@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import orjson
@@ -116,3 +117,45 @@ async def test_events_in_other_layouts_decode_as_sent(raw: bytes) -> None:
     seen: list[EngineEvent] = []
     await collect(EngineStream(OneReadBody(body), 1 << 20), seen)
     assert [(e.text, e.completion_tokens) for e in seen] == [("hi", 2)]
+
+
+class PerEventBody(OneReadBody):
+    """One network read per event, as the engine's chunks usually arrive."""
+
+    def __init__(self, *events: bytes) -> None:
+        super().__init__(b"")
+        self._events = events
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self._events:
+            yield piece
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+async def test_events_read_one_at_a_time_decode_in_place(incremental: bool) -> None:
+    texts = ["a", "b\nc", 'q"'] if incremental else ["a", "ab\nc", 'ab\nc q"']
+    pieces = [sglang_event(t, list(range(i + 1)), i + 1) for i, t in enumerate(texts)]
+    # Another encoder's spacing and a missing space after "data:" take the general path.
+    pieces.append(b"data:" + json.dumps({"text": texts[-1]}).encode() + b"\n\n")
+    body = PerEventBody(*pieces, b"data: [DONE]\n\n")
+    seen: list[EngineEvent] = []
+    await collect(EngineStream(body, 1 << 20, incremental=incremental), seen)
+    assert [e.text for e in seen] == [*texts, texts[-1]]
+    assert [e.completion_tokens for e in seen] == [1, 2, 3, 0]
+
+
+@pytest.mark.parametrize(
+    ("piece", "match"),
+    [
+        (b'data: {"error": {"message": "boom"}}\n\n', "boom"),
+        (b'data: {"text": "a", "meta_info": {}, "error": "late boom"}\n\n', "late boom"),
+        (b'data: {"text": "a", "output_ids": [1,\n\n', "not JSON"),
+        (b"data: [1, 2]\n\n", "not a JSON object"),
+    ],
+)
+async def test_a_bad_event_read_alone_is_an_error(piece: bytes, match: str) -> None:
+    body = PerEventBody(sglang_event("ok", [1], 1), piece, b"data: [DONE]\n\n")
+    seen: list[EngineEvent] = []
+    with pytest.raises(UpstreamStreamError, match=match):
+        await collect(EngineStream(body, 1 << 20), seen)
+    assert [e.text for e in seen] == ["ok"]
