@@ -29,8 +29,6 @@ from gateway.state import AppState
 
 log = logging.getLogger("gateway.admission")
 
-CHAT_PATH = "/v1/chat/completions"
-
 
 @dataclass(eq=False)
 class Ticket:
@@ -169,24 +167,18 @@ class AdmissionController:
 
 
 class AdmissionMiddleware:
-    """Applies an AdmissionController to POST /v1/chat/completions and serves it with `chat`
-    (an ASGI app: gateway.routes.chat.serve_chat); other requests go on to `app`."""
+    """Applies an AdmissionController to the chat requests `app` serves (gateway.app.GatewayApp
+    puts it around gateway.routes.chat.serve_chat, and routes only chat requests there)."""
 
-    def __init__(
-        self, app: ASGIApp, *, controller: AdmissionController, chat: ASGIApp | None = None
-    ) -> None:
+    def __init__(self, app: ASGIApp, *, controller: AdmissionController) -> None:
         self.app = app
         self.controller = controller
-        self.chat = chat or app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != CHAT_PATH or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
         state: AppState = scope["app"].state.flashbox
         if not _authorized(state, scope):
             # The route answers 401; an unauthenticated client must not take or wait for a slot.
-            await self.chat(scope, receive, send)
+            await self.app(scope, receive, send)
             return
         scope_state = scope.setdefault("state", {})
         entry = Ticket(scope_state, state)
@@ -199,7 +191,7 @@ class AdmissionMiddleware:
             await _send_error(send, exc)
             return
         try:
-            await self.chat(scope, receive, send)
+            await self.app(scope, receive, send)
         finally:
             self.controller.release(entry)
 

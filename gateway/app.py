@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import state as app_state
-from gateway.admission import CHAT_PATH, AdmissionController, AdmissionMiddleware
+from gateway.admission import AdmissionController, AdmissionMiddleware
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.middleware import RequestContextMiddleware
 from gateway.protocol import ChatCompletionRequest
@@ -27,6 +27,8 @@ from gateway.routes.deps import error_response
 from gateway.settings import Settings, load_settings
 
 log = logging.getLogger("gateway.app")
+
+CHAT_PATH = "/v1/chat/completions"
 
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
@@ -120,7 +122,7 @@ class GatewayApp(FastAPI):
     """FastAPI, with chat requests taken straight to the gateway's own middleware.
 
     POST /v1/chat/completions goes through the app's middleware (CORS when configured,
-    request context, admission) to `gateway.routes.chat.serve_chat`, and skips what FastAPI
+    request context) and admission to `gateway.routes.chat.serve_chat`, and skips what FastAPI
     puts around them: the telemetry hook, Starlette's ServerErrorMiddleware (the request
     context middleware already turns an unexpected exception into an OpenAI-shaped 500),
     ExceptionMiddleware and the router. Each of those is a Python call before the engine sees
@@ -141,7 +143,8 @@ class GatewayApp(FastAPI):
         await super().__call__(scope, receive, send)
 
     def _build_chat_stack(self) -> ASGIApp:
-        app: ASGIApp = chat.serve_chat
+        # Admission bounds chat requests only: it sits innermost, inside the app's middleware.
+        app: ASGIApp = AdmissionMiddleware(chat.serve_chat, controller=self.state.admission)
         for middleware in reversed(self.user_middleware):
             app = middleware.cls(app, *middleware.args, **middleware.kwargs)
         return app
@@ -177,12 +180,9 @@ def create_app(
     for module in (chat, models, health, metrics, admin):
         app.include_router(module.router)
     # The last added runs first: CORS, then request context (arrival time, request id,
-    # header bounds), then admission (whose queue wait counts from that arrival), which also
-    # serves the chat route itself (gateway.routes.chat.serve_chat: fewer layers per request
-    # and per streamed chunk). GatewayApp takes chat requests through these three only.
-    admission = AdmissionController(settings.admission, settings.shutdown)
-    app.state.admission = admission
-    app.add_middleware(AdmissionMiddleware, controller=admission, chat=chat.serve_chat)
+    # header bounds). GatewayApp takes chat requests through these and then admission (whose
+    # queue wait counts from that arrival) straight to gateway.routes.chat.serve_chat.
+    app.state.admission = AdmissionController(settings.admission, settings.shutdown)
     security = settings.security
     app.add_middleware(
         RequestContextMiddleware,
