@@ -81,7 +81,7 @@ async def _measure(tokens: int, rounds: int, sink: list[bytes] | None) -> list[f
     )
     loop = asyncio.get_running_loop()
 
-    async def drop(data: bytes) -> None:
+    async def drop(data: bytes, *, last: bool = False) -> None:
         if sink is not None:
             sink.append(data)
 

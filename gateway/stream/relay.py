@@ -7,7 +7,6 @@ non-streamed one are built from the same deltas.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.engine_stream import EngineEvent, EngineStream
@@ -21,9 +20,8 @@ from gateway.parsers.base import (
 )
 from gateway.stream import sse
 from gateway.stream.chunks import ChunkBuilder, MessageAccumulator
+from gateway.stream.sse import SendBytes
 from gateway.stream.text_diff import TextDiffer
-
-SendBytes = Callable[[bytes], Awaitable[None]]
 
 
 def error_kind(error: GatewayError) -> str:
@@ -161,12 +159,15 @@ class ChatRelay:
             usage = self.settle()
             if include_usage:
                 tail += builder.usage(usage)
-            await send(tail + sse.DONE)
+            # The end of the response goes out with [DONE], before the bookkeeping: a client
+            # that reads to the end (the async openai client does, to reuse its connection)
+            # is done at once, and it costs one write, not two.
+            await send(tail + sse.DONE, last=True)
         except GatewayError as exc:
             self.failed = True
             self.settle()
             self._record.finish(200, error_kind=error_kind(exc))
-            await send(sse.error_event(exc) + sse.DONE)
+            await send(sse.error_event(exc) + sse.DONE, last=True)
         else:
             self._record.finish(200)
         finally:

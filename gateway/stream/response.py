@@ -17,6 +17,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.errors import ClientDisconnected
 from gateway.stream import sse
+from gateway.stream.sse import SendBytes
 
 T = TypeVar("T")
 
@@ -86,7 +87,7 @@ class SSEResponse(Response):
 
     def __init__(
         self,
-        body: Callable[[Callable[[bytes], Awaitable[None]]], Coroutine[Any, Any, None]],
+        body: Callable[[SendBytes], Coroutine[Any, Any, None]],
         watcher: DisconnectWatcher,
         on_gone: Callable[[], Awaitable[None]],
         on_close: Callable[[], None],
@@ -105,15 +106,20 @@ class SSEResponse(Response):
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
 
-            async def send_bytes(data: bytes) -> None:
-                await send({"type": "http.response.body", "body": data, "more_body": True})
+            ended = False
+
+            async def send_bytes(data: bytes, *, last: bool = False) -> None:
+                nonlocal ended
+                ended = last
+                await send({"type": "http.response.body", "body": data, "more_body": not last})
 
             try:
                 await self._watcher.run(self._body_fn(send_bytes))
             except ClientDisconnected:
                 await self._on_gone()
                 return
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if not ended:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             self._watcher.stop()
             self._on_close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -15,6 +15,12 @@ HEADERS = {
     # Reverse proxies (nginx) must pass each event on at once, not buffer the stream.
     "x-accel-buffering": "no",
 }
+
+
+class SendBytes(Protocol):
+    """Writes SSE bytes to the client; `last=True` also ends the response, in the same write."""
+
+    async def __call__(self, data: bytes, *, last: bool = False) -> None: ...
 
 
 def event(obj: Any) -> bytes:

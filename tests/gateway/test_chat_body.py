@@ -1,5 +1,5 @@
-"""Hop 1 on raw ASGI: reading the body within its bound, a client that leaves mid-body, and
-the short middleware stack chat requests take (gateway.app.GatewayApp)."""
+"""Hop 1 on raw ASGI: reading the body within its bound, a client that leaves mid-body, the
+short middleware stack chat requests take (gateway.app.GatewayApp), and how a stream ends."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from gateway.routes.chat import serve_chat
 from gateway.routes.chat_input import read_body
 from gateway.settings import Settings
 from tests.gateway.conftest import ENGINE, chat_body
-from tests.gateway.fake_engine import FakeEngine
+from tests.gateway.fake_engine import FakeEngine, Script
 
 
 def receiver(*messages: Message) -> Any:
@@ -33,6 +33,23 @@ def receiver(*messages: Message) -> Any:
 
 def part(body: bytes, more: bool) -> Message:
     return {"type": "http.request", "body": body, "more_body": more}
+
+
+def chat_scope() -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
 
 
 async def test_a_body_in_one_message() -> None:
@@ -73,20 +90,7 @@ async def test_a_client_leaving_mid_body_gets_no_answer_and_costs_nothing(
     async def send(message: Message) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 2),
-    }
+    scope = chat_scope()
     half = orjson.dumps(chat_body())[:10]
     with caplog.at_level(logging.ERROR):
         async with app.router.lifespan_context(app):
@@ -113,3 +117,31 @@ def test_chat_requests_take_only_the_gateways_own_middleware(cors: bool) -> None
         layer = layer.app
     expected: list[type] = [RequestContextMiddleware, AdmissionMiddleware]
     assert layers == ([CORSMiddleware, *expected] if cors else expected)
+
+
+@pytest.mark.parametrize("error_after", [None, 2])
+async def test_a_stream_ends_in_the_write_that_carries_done(error_after: int | None) -> None:
+    """[DONE] and the end of the response are one ASGI message (one write on the socket): a
+    client that reads to the end, as the async openai client does, is done with [DONE]."""
+    engine = FakeEngine(Script(error_after=error_after))
+    app = create_app(Settings(engines=[ENGINE]), transport=engine.transport())
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    body = orjson.dumps(chat_body(stream=True))
+    async with app.router.lifespan_context(app):
+        await app(chat_scope(), receiver(part(body, False)), send)
+    assert sent[0]["type"] == "http.response.start"
+    assert sent[0]["status"] == 200
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    assert all(m["more_body"] for m in bodies[:-1])
+    last = bodies[-1]
+    assert last["more_body"] is False
+    assert last["body"].endswith(b"data: [DONE]\n\n")
+    assert (b'"error"' in last["body"]) == (error_after is not None)
+    events = b"".join(m["body"] for m in bodies).split(b"\n\n")
+    chunks = [orjson.loads(e[6:]) for e in events if e.startswith(b"data: {")]
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if "id" in c)
+    assert content == ("Hello world" if error_after is None else "")
