@@ -8,11 +8,12 @@ ITL is the gap between token-carrying chunks divided by the tokens in the chunk;
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
@@ -96,6 +97,22 @@ def record_event(record: StreamRecord, payload: Mapping[str, Any], elapsed: floa
         record.cached_tokens = int(details.get("cached_tokens") or 0)
 
 
+# How long to wait for the rest of a response after [DONE] (the openai client waits up to 1 s).
+DRAIN_S = 1.0
+
+
+async def _drain(response: httpx.Response) -> None:
+    """Read the body to its end after [DONE], as the async openai client does on HTTP/1.1:
+    a response closed before its chunked end takes its connection with it, and each request
+    would pay a new connection to the server under test, which agentic clients do not."""
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in cast(AsyncIterator[bytes], response.stream):
+                pass
+    except (httpx.HTTPError, httpx.StreamError, TimeoutError):
+        pass  # the answer is complete; only the connection's reuse is lost
+
+
 async def stream_chat(
     client: httpx.AsyncClient,
     url: str,
@@ -119,6 +136,7 @@ async def stream_chat(
                 data = line[5:].strip()
                 if data == "[DONE]":
                     record.ok = record.error is None
+                    await _drain(response)
                     break
                 record_event(record, orjson.loads(data), time.perf_counter() - start)
     except httpx.HTTPError as exc:

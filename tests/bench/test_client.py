@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx
 import pytest
 
-from bench.client import StreamRecord, record_event
+from bench.client import StreamRecord, record_event, stream_chat
 
 
 def _chunk(**delta: object) -> dict[str, object]:
@@ -104,3 +107,44 @@ def test_error_event_is_recorded() -> None:
     record = _replay([(0.1, {"error": {"message": "engine died", "type": "upstream_error"}})])
     assert record.error == "engine died"
     assert not record.ok
+
+
+async def test_stream_chat_reads_to_the_end_and_keeps_its_connection() -> None:
+    """After [DONE] the client reads the chunked end, which here comes in a later write, as
+    the async openai client does: both requests take the one keep-alive connection."""
+    accepted = 0
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                return  # the client closed the connection
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            await reader.readexactly(length)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"transfer-encoding: chunked\r\n\r\n" + b"%x\r\n" % len(event) + event + b"\r\n"
+            )
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    try:
+        async with httpx.AsyncClient() as client:
+            records = [await stream_chat(client, url, {"messages": []}) for _ in range(2)]
+    finally:
+        server.close()
+    assert [(r.ok, r.content) for r in records] == [(True, ["hi"]), (True, ["hi"])]
+    assert accepted == 1
