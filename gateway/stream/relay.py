@@ -145,16 +145,20 @@ class ChatRelay:
     async def stream(self, send: SendBytes, *, include_usage: bool) -> None:
         """Relay the whole answer as SSE; ends the request's record."""
         builder = ChunkBuilder(self._id, self._created, self._model)
-        await send(builder.role())
+        # The role chunk goes out with the first output, as SGLang's own server sends it: one
+        # write and one client wake-up fewer per request. The headers went out already.
+        head = builder.role()
         try:
             async for event in self._engine.events():
                 parsed = self._on_event(event)
                 if parsed:
-                    await send(builder.deltas(parsed))
+                    await send(head + builder.deltas(parsed))
+                    head = b""
             if self._finish is None:
                 parsed = self._end()
                 if parsed:
-                    await send(builder.deltas(parsed))
+                    await send(head + builder.deltas(parsed))
+                    head = b""
             tail = builder.finish(self._finish_reason())
             usage = self.settle()
             if include_usage:
@@ -162,12 +166,12 @@ class ChatRelay:
             # The end of the response goes out with [DONE], before the bookkeeping: a client
             # that reads to the end (the async openai client does, to reuse its connection)
             # is done at once, and it costs one write, not two.
-            await send(tail + sse.DONE, last=True)
+            await send(head + tail + sse.DONE, last=True)
         except GatewayError as exc:
             self.failed = True
             self.settle()
             self._record.finish(200, error_kind=error_kind(exc))
-            await send(sse.error_event(exc) + sse.DONE, last=True)
+            await send(head + sse.error_event(exc) + sse.DONE, last=True)
         else:
             self._record.finish(200)
         finally:
