@@ -1,5 +1,6 @@
-"""Hop 1 on raw ASGI: reading the body within its bound, a client that leaves mid-body, the
-short middleware stack chat requests take (gateway.app.GatewayApp), and how a stream ends."""
+"""Hop 1 on raw ASGI: reading the body within its bound, its nesting bound, a client that leaves
+mid-body, the short middleware stack chat requests take (gateway.app.GatewayApp), and how a
+stream ends."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import Message
 
@@ -16,7 +19,7 @@ from gateway.app import create_app
 from gateway.errors import ClientDisconnected, PayloadTooLargeError
 from gateway.middleware import RequestContextMiddleware
 from gateway.routes.chat import serve_chat
-from gateway.routes.chat_input import read_body
+from gateway.routes.chat_input import _nesting_exceeds, read_body
 from gateway.settings import Settings
 from tests.gateway.conftest import ENGINE, chat_body
 from tests.gateway.fake_engine import FakeEngine, Script
@@ -145,3 +148,31 @@ async def test_a_stream_ends_in_the_write_that_carries_done(error_after: int | N
     chunks = [orjson.loads(e[6:]) for e in events if e.startswith(b"data: {")]
     content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if "id" in c)
     assert content == ("Hello world" if error_after is None else "")
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(child) for child in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(child) for child in value), default=0)
+    return 0
+
+
+_JSON = st.recursive(
+    st.none() | st.integers() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner),
+    max_leaves=30,
+)
+
+
+@given(_JSON, st.integers(min_value=1, max_value=8))
+def test_the_nesting_bound_is_the_containers_depth(value: object, limit: int) -> None:
+    assert _nesting_exceeds(value, limit) == (_depth(value) > limit)
+
+
+def test_the_nesting_bound_at_its_edge() -> None:
+    deep: object = {"a": 1}
+    for _ in range(63):
+        deep = [deep]
+    assert not _nesting_exceeds(deep, 64)  # 64 levels: allowed
+    assert _nesting_exceeds([deep], 64)
