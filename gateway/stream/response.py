@@ -81,8 +81,9 @@ class DisconnectWatcher:
 class SSEResponse(Response):
     """Streams `body(send_bytes)` as text/event-stream; calls `on_gone` if the client leaves.
 
-    Each event is sent as soon as it is produced: no buffering, so a pure-ASGI middleware
-    around it sees every body message.
+    What `body` sends goes out at once: no buffering here, so a pure-ASGI middleware around it
+    sees every body message. `send_bytes(data, last=True)` ends the response in the same
+    message (one write); otherwise an empty closing message follows `body`.
     """
 
     def __init__(
