@@ -97,8 +97,8 @@ def record_event(record: StreamRecord, payload: Mapping[str, Any], elapsed: floa
         record.cached_tokens = int(details.get("cached_tokens") or 0)
 
 
-# How long to wait for the rest of a response after [DONE] (the openai client waits up to 1 s).
-DRAIN_S = 1.0
+# How long to wait for the rest of a response after [DONE], as the openai client does.
+DRAIN_S = 0.1
 
 
 async def _drain(response: httpx.Response) -> None:
