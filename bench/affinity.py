@@ -130,7 +130,12 @@ def _wait_ready(proc: Proc, timeout: float = 60.0) -> None:
 
 def run_router(cfg: AffinityConfig, name: str) -> tuple[dict[str, Any], list[TurnResult], float]:
     sims = [
-        start_sim(*_sim_args(cfg, slots), name=f"replica-{i}", time_scale=cfg.time_scale)
+        start_sim(
+            *_sim_args(cfg, slots),
+            name=f"replica-{i}",
+            time_scale=cfg.time_scale,
+            as_launched=True,
+        )
         for i, slots in enumerate(cfg.slots)
     ]
     try:

@@ -208,7 +208,7 @@ def _stack(
     """The targets (name -> chat URL, hop process) and the simulator's base URL."""
     sim_args = ["--reasoning-tokens", str(config.reasoning_tokens)]
     sim_args += ["--content-tokens", str(config.content_tokens)]
-    sim = start_sim(*sim_args, name="bench", time_scale=config.time_scale)
+    sim = start_sim(*sim_args, name="bench", time_scale=config.time_scale, as_launched=True)
     procs: list[Proc] = [sim]
     try:
         if profile_out is None:

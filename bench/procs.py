@@ -109,8 +109,13 @@ def running(
         proc.stop()
 
 
-def start_sim(*extra: str, name: str = "sim", time_scale: float = 0.001) -> Proc:
-    """A simulated engine replica (contract: DESIGN.md)."""
+def start_sim(
+    *extra: str, name: str = "sim", time_scale: float = 0.001, as_launched: bool = False
+) -> Proc:
+    """A simulated engine replica (contract: DESIGN.md). `as_launched` adds the flags the
+    engine launcher sets that the simulator models (--stream-output); without it the
+    simulator streams as SGLang does by default."""
+    flags = ["--stream-output"] if as_launched else []
     return start_process(
         "engine.sim",
         [
@@ -122,6 +127,7 @@ def start_sim(*extra: str, name: str = "sim", time_scale: float = 0.001) -> Proc
             str(time_scale),
             "--name",
             name,
+            *flags,
             *extra,
         ],
     )

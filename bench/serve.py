@@ -265,7 +265,9 @@ def report(out_dir: Path) -> str:
     from bench.procs import start_gateway, start_sim
 
     scale = 0.05
-    sim = start_sim("--max-running-requests", "4", name="bench-serve", time_scale=scale)
+    sim = start_sim(
+        "--max-running-requests", "4", name="bench-serve", time_scale=scale, as_launched=True
+    )
     try:
         gateway = start_gateway([sim.url])
         try:

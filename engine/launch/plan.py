@@ -96,6 +96,11 @@ def _serving(b: _Builder) -> None:
     b.flag("--watchdog-timeout", p.server.watchdog_timeout_s)
     b.optional("--tool-call-parser", p.server.tool_call_parser)
     b.optional("--reasoning-parser", p.server.reasoning_parser)
+    if p.server.stream_output:
+        # Without it every streamed /generate event repeats all token ids so far, which
+        # nobody reads (the gateway cuts them out): O(n^2) bytes over an answer, built by the
+        # tokenizer manager's one Python process. Text stays cumulative either way.
+        b.flag("--stream-output")
     if p.server.api_key_env:
         key = b.environ.get(p.server.api_key_env, "")
         if key:

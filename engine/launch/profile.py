@@ -44,6 +44,9 @@ class ServerSection(_Section):
     watchdog_timeout_s: float = Field(gt=0)
     enable_metrics: bool = True
     enable_cache_report: bool = True
+    stream_output: bool = Field(
+        default=True, description="--stream-output: streamed output_ids as new ids only"
+    )
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
 

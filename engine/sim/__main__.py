@@ -62,6 +62,11 @@ def parser() -> argparse.ArgumentParser:
         help="tokens a slow stream may fall behind before they are merged",
     )
     p.add_argument(
+        "--stream-output",
+        action="store_true",
+        help="as SGLang's flag: streamed output_ids are the new ids only (text stays cumulative)",
+    )
+    p.add_argument(
         "--loop",
         choices=["auto", "asyncio", "uvloop"],
         default="asyncio",
@@ -94,6 +99,7 @@ def settings_from_args(argv: list[str]) -> SimSettings:
         log_level=args.log_level,
         loop=args.loop,
         max_event_lag=max(1, args.max_event_lag),
+        stream_output=args.stream_output,
     )
     overrides: dict[str, object] = {}
     for flag, field in (

@@ -45,6 +45,7 @@ async def events(engine: SimEngine, req: SimRequest) -> AsyncIterator[bytes]:
     """One event per token (cumulative text), the finish, then [DONE]; faults on the way."""
     scale = engine.settings.time_scale
     max_lag = engine.settings.max_event_lag
+    segments = engine.settings.stream_output
     sent = 0
     without_wait = 0
     while True:
@@ -52,15 +53,17 @@ async def events(engine: SimEngine, req: SimRequest) -> AsyncIterator[bytes]:
             async for chunk in _strike(engine, req, fault):
                 yield chunk
             return
+        # With --stream-output an event's output_ids start where the last event's ended.
+        since = sent if segments else 0
         if sent < len(req.ids):
             # A client that falls far behind gets the latest state in one event, as SGLang
             # merges pending outputs; otherwise one token per event.
             sent = len(req.ids) if len(req.ids) - sent > max_lag else sent + 1
             final = req.done and req.finish_on_token and sent == len(req.ids)
             if final:
-                yield sse(req.event(sent, True, scale))
+                yield sse(req.event(sent, True, scale, since))
                 break
-            yield req.encode_event(sent)
+            yield req.encode_event(sent, since)
             without_wait += 1
             if without_wait >= YIELD_EVERY_EVENTS:
                 # Writes that never block would otherwise starve the event loop.
@@ -69,7 +72,7 @@ async def events(engine: SimEngine, req: SimRequest) -> AsyncIterator[bytes]:
             continue
         without_wait = 0
         if req.done:
-            yield sse(req.event(sent, True, scale))
+            yield sse(req.event(sent, True, scale, since))
             break
         req.changed.clear()
         await req.changed.wait()

@@ -30,6 +30,9 @@ class SimSettings:
     loop: str = "asyncio"
     # A stream this many tokens behind the engine gets them merged into one event.
     max_event_lag: int = 64
+    # SGLang's --stream-output: a streamed /generate event carries only the output_ids made
+    # since the one before (text stays cumulative), instead of every id so far.
+    stream_output: bool = False
 
     @property
     def served_model_name(self) -> str:

@@ -129,10 +129,12 @@ class SimRequest:
             meta["sim"] = self.model.summary(time_scale)
         return meta
 
-    def encode_event(self, tokens: int) -> bytes:
-        """`data: {event}` for a not-yet-final event, built without re-serialising the ids."""
+    def encode_event(self, tokens: int, since: int = 0) -> bytes:
+        """`data: {event}` for a not-yet-final event, built without re-serialising the ids;
+        its output_ids are those after the first `since` (SGLang's --stream-output)."""
         visible = self.visible[tokens - 1] if tokens else 0
-        ids = self.ids_json[: self.ids_json_ends[tokens - 1]] if tokens else b""
+        start = self.ids_json_ends[since - 1] + 1 if since else 0
+        ids = self.ids_json[start : self.ids_json_ends[tokens - 1]] if tokens > since else b""
         return b"".join(
             (
                 b'data: {"text":',
@@ -146,11 +148,12 @@ class SimRequest:
             )
         )
 
-    def event(self, tokens: int, final: bool, time_scale: float) -> dict[str, Any]:
-        """The output after `tokens` tokens, as SGLang streams it (cumulative)."""
+    def event(self, tokens: int, final: bool, time_scale: float, since: int = 0) -> dict[str, Any]:
+        """The output after `tokens` tokens, as SGLang streams it: cumulative text, and the
+        output_ids after the first `since` (all of them unless --stream-output)."""
         visible = self.visible[tokens - 1] if tokens else 0
         return {
             "text": self.text[:visible],
-            "output_ids": self.ids[:tokens],
+            "output_ids": self.ids[since:tokens],
             "meta_info": self.meta_info(tokens, final, time_scale),
         }

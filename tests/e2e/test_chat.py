@@ -5,8 +5,8 @@ from __future__ import annotations
 import openai
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.e2e.conftest import MODEL, sim_body
-from tests.support.procs import Proc
+from tests.e2e.conftest import GATEWAY_ENV, MODEL, client_for, sim_body
+from tests.support.procs import Proc, start_gateway, start_sim
 
 
 def test_streaming_with_usage(client: openai.OpenAI) -> None:
@@ -133,3 +133,35 @@ def test_two_requests_with_one_request_id_at_once(client: openai.OpenAI) -> None
     assert texts[-1] == "data: [DONE]"
     assert second.headers["x-request-id"] == "e2e-same-id"
     assert second.parse().choices[0].message.content
+
+
+def test_an_engine_launched_with_stream_output_gives_the_same_answer(
+    client: openai.OpenAI,
+) -> None:
+    """The launcher starts SGLang with --stream-output (token ids as segments, text still
+    cumulative): the gateway relays exactly what it relays from an engine without it."""
+    sim = start_sim(name="segments", as_launched=True)
+    gateway = start_gateway([sim.url], env=GATEWAY_ENV)
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Same words."}]
+    extra = sim_body(reasoning_tokens=6, content_tokens=30)
+
+    def answer(target: openai.OpenAI) -> tuple[str, str]:
+        stream = target.chat.completions.create(
+            model=MODEL, messages=messages, stream=True, extra_body=extra, seed=3
+        )
+        chunks = [c for c in stream if c.choices]
+        content = "".join(c.choices[0].delta.content or "" for c in chunks)
+        reasoning = "".join(
+            getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks
+        )
+        return reasoning, content
+
+    try:
+        with client_for(gateway) as segmented:
+            reasoning, content = answer(segmented)
+        assert reasoning.strip()
+        assert content.strip()
+        assert (reasoning, content) == answer(client)
+    finally:
+        gateway.stop()
+        sim.stop()

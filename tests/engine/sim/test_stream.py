@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from tests.engine.sim.helpers import GLM_PROMPT, generate, sse_events, stream
-from tests.support.procs import Proc
+from tests.support.procs import Proc, start_sim
 
 
 def _token_events(events: list[Any]) -> list[dict[str, Any]]:
@@ -178,3 +178,20 @@ def test_info_endpoints(sim: Proc) -> None:
 
 def test_sse_helper_rejects_non_data_lines() -> None:
     assert sse_events('data: {"a": 1}\n\ndata: [DONE]\n\n') == [{"a": 1}, "[DONE]"]
+
+
+def test_stream_output_sends_each_id_once() -> None:
+    """With --stream-output (as the engine is launched) output_ids come as disjoint segments,
+    text stays cumulative, and a non-streamed answer still has every id."""
+    sim = start_sim("--stream-output", name="segments")
+    try:
+        body = {"text": GLM_PROMPT, "rid": "seg-1", "sampling_params": {"max_new_tokens": 60}}
+        events = _token_events(stream(sim.url, body))
+        ids = [i for event in events for i in event["output_ids"]]
+        assert len(ids) == events[-1]["meta_info"]["completion_tokens"]
+        assert any(len(event["output_ids"]) == 1 for event in events)
+        assert all(b["text"].startswith(a["text"]) for a, b in itertools.pairwise(events))
+        whole = generate(sim.url, {**body, "rid": "seg-2"}).json()
+        assert whole["output_ids"] == ids  # same seed, same output
+    finally:
+        sim.stop()
