@@ -163,9 +163,9 @@ class ChatRelay:
             usage = self.settle()
             if include_usage:
                 tail += builder.usage(usage)
-            # The end of the response goes out with [DONE], before the bookkeeping: a client
-            # that reads to the end (the async openai client does, to reuse its connection)
-            # is done at once, and it costs one write, not two.
+            # The end of the response goes out with [DONE], in one write and before the
+            # record is finished: a client that reads to the end (the async openai client
+            # does, to reuse its connection) is done at once.
             await send(head + tail + sse.DONE, last=True)
         except GatewayError as exc:
             self.failed = True

@@ -111,7 +111,12 @@ class SSEResponse(Response):
 
             async def send_bytes(data: bytes, *, last: bool = False) -> None:
                 nonlocal ended
-                ended = last
+                if last:
+                    # A server answers `receive` with http.disconnect once the response is
+                    # complete (uvicorn does): from here on that is not a client leaving, and
+                    # must not cancel the bookkeeping that follows into an abort.
+                    ended = True
+                    self._watcher.stop()
                 await send({"type": "http.response.body", "body": data, "more_body": not last})
 
             try:

@@ -4,6 +4,7 @@ stream ends."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -122,20 +123,51 @@ def test_chat_requests_take_only_the_gateways_own_middleware(cors: bool) -> None
     assert layers == ([CORSMiddleware, *expected] if cors else expected)
 
 
+class UvicornLikeChannel:
+    """receive/send as uvicorn gives them: the body, then `http.disconnect` once the response
+    is complete (uvicorn wakes a pending receive then); each send lets other tasks run once,
+    as a send under flow control may."""
+
+    def __init__(self, body: bytes) -> None:
+        self.sent: list[Message] = []
+        self._body: list[Message] = [part(body, False)]
+        self._complete = asyncio.Event()
+
+    async def receive(self) -> Message:
+        if self._body:
+            return self._body.pop(0)
+        await self._complete.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        self.sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self._complete.set()
+        await asyncio.sleep(0)
+
+
 @pytest.mark.parametrize("error_after", [None, 2])
 async def test_a_stream_ends_in_the_write_that_carries_done(error_after: int | None) -> None:
     """[DONE] and the end of the response are one ASGI message (one write on the socket): a
-    client that reads to the end, as the async openai client does, is done with [DONE]."""
+    client that reads to the end, as the async openai client does, is done with [DONE]. The
+    server's end-of-response disconnect is not taken for a client that left (no abort)."""
     engine = FakeEngine(Script(error_after=error_after))
     app = create_app(Settings(engines=[ENGINE]), transport=engine.transport())
-    sent: list[Message] = []
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    body = orjson.dumps(chat_body(stream=True))
+    channel = UvicornLikeChannel(orjson.dumps(chat_body(stream=True)))
     async with app.router.lifespan_context(app):
-        await app(chat_scope(), receiver(part(body, False)), send)
+        await app(chat_scope(), channel.receive, channel.send)
+        registry = app.state.flashbox.metrics.registry
+        assert not registry.get_sample_value(
+            "flashbox_upstream_aborts_total", {"phase": "streaming"}
+        )
+        assert (
+            registry.get_sample_value(
+                "flashbox_requests_total", {"model": "glm-5.3-flash", "code": "200"}
+            )
+            == 1
+        )
+    assert engine.aborts == []
+    sent = channel.sent
     assert sent[0]["type"] == "http.response.start"
     assert sent[0]["status"] == 200
     bodies = [m for m in sent if m["type"] == "http.response.body"]
