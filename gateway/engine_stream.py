@@ -283,9 +283,11 @@ _OUTPUT_IDS = b',"output_ids":['
 def _without_output_ids(data: bytes, start: int, end: int) -> bytes | memoryview:
     """The event in data[start:end] without its `output_ids`, which the gateway never reads.
 
-    SGLang's events carry every token id generated so far, like `text`: decoding them makes
-    a list of n ints per event, O(n^2) over an answer (at 256 tokens the decode was the
-    largest single line of the gateway's profile). Cutting the array out is two C-speed
+    By default SGLang's events carry every token id generated so far, like `text`: decoding
+    them makes a list of n ints per event, O(n^2) over an answer (at 256 tokens the decode was
+    the largest single line of the gateway's profile). The launcher starts SGLang with
+    --stream-output, which sends only the new ids, but an engine started otherwise must cost
+    no more. Cutting the array out is two C-speed
     scans. The match is structural: inside a JSON string a quote is always escaped, so `,"`
     cannot occur there, and token ids are a flat array of ints, closed by the first `]`.
     Anything unexpected (spaces from another JSON encoder, a different layout) leaves the
