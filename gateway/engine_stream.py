@@ -287,11 +287,10 @@ def _without_output_ids(data: bytes, start: int, end: int) -> bytes | memoryview
     them makes a list of n ints per event, O(n^2) over an answer (at 256 tokens the decode was
     the largest single line of the gateway's profile). The launcher starts SGLang with
     --stream-output, which sends only the new ids, but an engine started otherwise must cost
-    no more. Cutting the array out is two C-speed
-    scans. The match is structural: inside a JSON string a quote is always escaped, so `,"`
-    cannot occur there, and token ids are a flat array of ints, closed by the first `]`.
-    Anything unexpected (spaces from another JSON encoder, a different layout) leaves the
-    event as it is.
+    no more. Cutting the array out is two C-speed scans. The match is structural: inside a
+    JSON string a quote is always escaped, so `,"` cannot occur there, and token ids are a
+    flat array of ints, closed by the first `]`. Anything unexpected (spaces from another
+    JSON encoder, a different layout) leaves the event as it is.
     """
     cut = data.find(_OUTPUT_IDS, start, end)
     close = -1 if cut < 0 else data.find(b"]", cut + len(_OUTPUT_IDS), end)
