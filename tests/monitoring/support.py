@@ -22,13 +22,6 @@ GRAFANA_DIR = REPO_ROOT / "monitoring" / "grafana"
 SYNTHETIC_NAMES = frozenset({"up"})
 
 
-def reference_dir() -> Path:
-    configured = os.environ.get("FLASHBOX_REFERENCE_DIR")
-    if configured:
-        return Path(configured)
-    return REPO_ROOT.parent / "shared" / "reference"
-
-
 def debian_tool(name: str) -> str:
     """Path of a tool from Debian's prometheus package; skip locally, fail on CI, when missing."""
     path = shutil.which(name)

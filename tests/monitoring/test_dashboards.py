@@ -17,9 +17,9 @@ from monitoring.promql import metric_names
 from tests.monitoring.support import (
     SYNTHETIC_NAMES,
     gateway_sample_names,
-    reference_dir,
     sglang_sample_names,
 )
+from tests.support.reference import reference_file
 
 PANEL_TYPES = {"timeseries", "stat", "state-timeline"}
 GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range"}
@@ -45,7 +45,7 @@ def test_committed_json_is_what_the_code_generates(tmp_path: Path) -> None:
 
 
 def test_dashboards_validate_against_grafanas_schema(dashboards: dict[str, dict[str, Any]]) -> None:
-    schema_path = reference_dir() / "grafana" / "dashboard.schema.json"
+    schema_path = reference_file("grafana", "dashboard.schema.json")
     schema = json.loads(schema_path.read_text(encoding="utf-8"))
     validator = jsonschema.Draft7Validator(schema)
     for uid, doc in dashboards.items():

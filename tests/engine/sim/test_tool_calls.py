@@ -4,21 +4,19 @@ template and emits GLM tool-call markup whose arguments follow each tool's JSON 
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-from pathlib import Path
 from typing import Any
 
 import jinja2
-import pytest
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.sim.output import OutputControls, plan_output
 from engine.sim.tools import find_tools
 from tests.engine.sim.helpers import generate
-from tests.support.procs import REPO_ROOT, Proc
+from tests.support.procs import Proc
+from tests.support.reference import reference_file
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -68,15 +66,8 @@ _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _ARG = re.compile(r"<arg_key>(.*?)</arg_key><arg_value>(.*?)</arg_value>", re.DOTALL)
 
 
-def reference_dir() -> Path:
-    env = os.environ.get("FLASHBOX_REFERENCE_DIR")
-    return Path(env) if env else REPO_ROOT.parent / "shared" / "reference"
-
-
 def render_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-    path = reference_dir() / "glm-5.3-flash" / "chat_template.jinja"
-    if not path.exists():
-        pytest.skip(f"reference template not found at {path}")
+    path = reference_file("glm-5.3-flash", "chat_template.jinja")
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
     )

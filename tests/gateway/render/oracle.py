@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import pytest
 
 from gateway.errors import TemplateInputError
 from gateway.render.base import Renderer
 from gateway.render.renderers import Jinja2Renderer, MiniJinjaRenderer
 from gateway.render.source import BUNDLED_TEMPLATE, TemplateSource
 from tests.gateway.render.conversations import Case
+from tests.support.reference import reference_file
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
-def reference_dir() -> Path:
-    configured = os.environ.get("FLASHBOX_REFERENCE_DIR")
-    return Path(configured) if configured else REPO_ROOT.parent / "shared" / "reference"
-
-
 def reference_source() -> TemplateSource:
-    path = reference_dir() / "glm-5.3-flash" / "chat_template.jinja"
-    if not path.is_file():
-        pytest.skip(f"reference template not found at {path} (set FLASHBOX_REFERENCE_DIR)")
+    path = reference_file("glm-5.3-flash", "chat_template.jinja")
     return TemplateSource(path.read_text(encoding="utf-8"), str(path))
 
 
