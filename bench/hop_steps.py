@@ -25,10 +25,10 @@ import orjson
 
 from bench.stats import percentile
 from bench.template_render import conversation
-from gateway.routes.chat_input import ChatInput, parse_chat
-from gateway.routes.chat_route import request_session_key
+from gateway.core.retry import request_session_key
+from gateway.faces.openai_chat.input import parse_chat
 from gateway.routing import RequestContext
-from gateway.sampling import add_constraint, generate_body, template_kwargs
+from gateway.sampling import add_constraint, generate_body
 from gateway.settings import Settings
 from gateway.state import AppState, build_state
 
@@ -50,8 +50,8 @@ def _bodies(tool_calls: int) -> dict[str, bytes]:
 
 def _steps(state: AppState, body: bytes) -> dict[str, Callable[[], object]]:
     settings = state.settings
-    chat: ChatInput = parse_chat(body, settings)
-    kwargs = template_kwargs(chat.request)
+    chat = parse_chat(body, settings).core
+    kwargs = chat.template_kwargs
     prompt = state.renderer.render(chat.messages, chat.tools, kwargs)
 
     def pick() -> object:
@@ -60,7 +60,7 @@ def _steps(state: AppState, body: bytes) -> dict[str, Callable[[], object]]:
         return state.picker.pick(ctx)
 
     def engine_body() -> object:
-        payload = generate_body(chat.request, prompt, "rid", settings)
+        payload = generate_body(chat, prompt, "rid", settings)
         add_constraint(
             payload,
             state.constraint_builder(tools=chat.tools, tool_choice=None, starts_in_reasoning=True),
@@ -70,7 +70,7 @@ def _steps(state: AppState, body: bytes) -> dict[str, Callable[[], object]]:
 
     steps: dict[str, Callable[[], object]] = {
         "parse + validate": lambda: parse_chat(body, settings),
-        "session key": lambda: request_session_key(chat, None, settings.routing),
+        "session key": lambda: request_session_key(chat, settings.routing),
         "render": lambda: state.renderer.render(chat.messages, chat.tools, kwargs),
         "replica pick": pick,
         "engine body + parser": engine_body,

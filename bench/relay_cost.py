@@ -3,7 +3,7 @@
 An SGLang-shaped /generate response (cumulative `text` and `output_ids`, `meta_info`, one HTTP
 chunk per token, a finish event, `[DONE]`) is fed to the engine connection's protocol
 callbacks one chunk per event-loop turn, as a socket would deliver it, and relayed by the real
-pieces: the wire client's parser, EngineStream, ChatRelay with the model family's output
+pieces: the wire client's parser, EngineStream, the core's Relay with the model family's output
 parser, and chunk building. Only the network is missing, on both sides (the client side is
 a `send` that drops the bytes), so this is the gateway's own work per event, warm, without
 syscalls: the number to move when changing the relay. Median and best of `--rounds` answers
@@ -23,11 +23,12 @@ import orjson
 import uvloop
 
 from bench.stats import percentile
+from gateway.core.relay import Relay
 from gateway.engine_stream import EngineStream
 from gateway.engine_wire import WirePool, WireResponse, _Connection
+from gateway.faces.openai_chat.encode import ChunkBuilder
 from gateway.settings import Settings
 from gateway.state import build_state
-from gateway.stream.relay import ChatRelay
 from gateway.stream.text_diff import TextDiffer
 
 MODEL = "glm-5.3-flash"
@@ -93,18 +94,11 @@ async def _measure(tokens: int, rounds: int, sink: list[bytes] | None) -> list[f
         conn.data_received(_HEAD)
         await pool._slots.acquire()  # released by the response's aclose, as in WirePool.post
         stream = EngineStream(WireResponse(pool, conn, 200), 1 << 20, first_deadline=None)
-        record = state.admit(MODEL, time.perf_counter())
+        record = state.admit(MODEL, time.perf_counter(), "openai")
         parser = state.parser_factory(tools=None, tool_choice=None, starts_in_reasoning=True)
-        relay = ChatRelay(
-            engine=stream,
-            parser=parser,
-            differ=TextDiffer(),
-            record=record,
-            completion_id="chatcmpl-bench",
-            created=0,
-            model=MODEL,
-        )
-        task = loop.create_task(relay.stream(drop, include_usage=True))
+        relay = Relay(engine=stream, parser=parser, differ=TextDiffer(), record=record)
+        encoder = ChunkBuilder("chatcmpl-bench", 0, MODEL, include_usage=True)
+        task = loop.create_task(relay.stream(drop, encoder=encoder))
         await asyncio.sleep(0)
         started = time.process_time()
         for chunk in chunks:

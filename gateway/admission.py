@@ -18,9 +18,9 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-import orjson
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import AuthenticationError, GatewayError, NoReplicaError, RateLimitError
@@ -166,13 +166,28 @@ class AdmissionController:
         await state.engine.abort(replica, rid)
 
 
-class AdmissionMiddleware:
-    """Applies an AdmissionController to the chat requests `app` serves (gateway.app.GatewayApp
-    puts it around gateway.routes.chat.serve_chat, and routes only chat requests there)."""
+class ErrorRenderer(Protocol):
+    """A face's error response: its own JSON shape (OpenAI's, Anthropic's)."""
 
-    def __init__(self, app: ASGIApp, *, controller: AdmissionController) -> None:
+    def __call__(self, error: GatewayError, request_id: str) -> Response: ...
+
+
+class AdmissionMiddleware:
+    """Applies an AdmissionController to the generation requests `app` serves (gateway.app.
+    GatewayApp puts one around each face's serve function, and routes only those there)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        controller: AdmissionController,
+        api: str,
+        render_error: ErrorRenderer,
+    ) -> None:
         self.app = app
         self.controller = controller
+        self.api = api
+        self.render_error = render_error
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state: AppState = scope["app"].state.flashbox
@@ -187,8 +202,9 @@ class AdmissionMiddleware:
         except GatewayError as exc:
             reason = exc.code or "refused"
             state.metrics.admission_rejected.labels(reason=reason).inc()
-            state.refused("unknown", exc)
-            await _send_error(send, exc)
+            state.refused("unknown", exc, self.api)
+            response = self.render_error(exc, str(scope_state.get("request_id", "")))
+            await response(scope, receive, send)
             return
         try:
             await self.app(scope, receive, send)
@@ -199,16 +215,12 @@ class AdmissionMiddleware:
 def _authorized(state: AppState, scope: Scope) -> bool:
     if not state.auth.enabled:
         return True
-    header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+    found: dict[bytes, str] = {}
+    for name, value in scope["headers"]:
+        if name in (b"authorization", b"x-api-key") and name not in found:
+            found[name] = value.decode("latin-1")
     try:
-        state.auth.check(header.decode("latin-1") if header is not None else None)
+        state.auth.check(found.get(b"authorization"), found.get(b"x-api-key"))
     except AuthenticationError:
         return False
     return True
-
-
-async def _send_error(send: Send, error: GatewayError) -> None:
-    headers = [(b"content-type", b"application/json")]
-    headers += [(k.encode(), v.encode()) for k, v in error.headers.items()]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": orjson.dumps(error.to_body())})

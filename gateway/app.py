@@ -20,15 +20,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway import state as app_state
 from gateway.admission import AdmissionController, AdmissionMiddleware
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
+from gateway.faces import ENDPOINTS, Endpoint, error_body
+from gateway.faces.anthropic import route as anthropic_route
+from gateway.faces.openai_chat import route as chat
+from gateway.faces.openai_chat.protocol import ChatCompletionRequest
 from gateway.middleware import RequestContextMiddleware
-from gateway.protocol import ChatCompletionRequest
-from gateway.routes import admin, chat, health, metrics, models
+from gateway.routes import admin, health, metrics, models
 from gateway.routes.deps import error_response
 from gateway.settings import Settings, load_settings
 
 log = logging.getLogger("gateway.app")
-
-CHAT_PATH = "/v1/chat/completions"
 
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
@@ -119,32 +120,42 @@ _ERROR_CODES = {
 
 
 class GatewayApp(FastAPI):
-    """FastAPI, with chat requests taken straight to the gateway's own middleware.
+    """FastAPI, with the faces' POST endpoints taken straight to the gateway's own middleware.
 
-    POST /v1/chat/completions goes through the app's middleware (CORS when configured,
-    request context) and admission to `gateway.routes.chat.serve_chat`, and skips what FastAPI
-    puts around them: the telemetry hook, Starlette's ServerErrorMiddleware (the request
-    context middleware already turns an unexpected exception into an OpenAI-shaped 500),
+    POST to a face endpoint (gateway.faces.ENDPOINTS: /v1/chat/completions, /v1/messages, ...)
+    goes through the app's middleware (CORS when configured, request context) and, for
+    generation requests, admission to the face's serve function, and skips what FastAPI puts
+    around them: the telemetry hook, Starlette's ServerErrorMiddleware (the request context
+    middleware already turns an unexpected exception into a 500 in the face's shape),
     ExceptionMiddleware and the router. Each of those is a Python call before the engine sees
     the request, and a wrapper call on every streamed chunk. Everything else takes FastAPI's
     full path.
     """
 
-    _chat_stack: ASGIApp | None = None
+    _face_stacks: dict[str, ASGIApp] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == CHAT_PATH and scope["method"] == "POST":
-            stack = self._chat_stack
-            if stack is None:
-                stack = self._chat_stack = self._build_chat_stack()
-            scope["app"] = self
-            await stack(scope, receive, send)
-            return
+        if scope["type"] == "http" and scope["method"] == "POST":
+            stacks = self._face_stacks
+            if stacks is None:
+                stacks = self._face_stacks = {e.path: self._build_stack(e) for e in ENDPOINTS}
+            stack = stacks.get(scope["path"])
+            if stack is not None:
+                scope["app"] = self
+                await stack(scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
 
-    def _build_chat_stack(self) -> ASGIApp:
-        # Admission bounds chat requests only: it sits innermost, inside the app's middleware.
-        app: ASGIApp = AdmissionMiddleware(chat.serve_chat, controller=self.state.admission)
+    def _build_stack(self, endpoint: Endpoint) -> ASGIApp:
+        # Admission bounds generation requests only: innermost, inside the app's middleware.
+        app: ASGIApp = endpoint.serve
+        if endpoint.admitted:
+            app = AdmissionMiddleware(
+                app,
+                controller=self.state.admission,
+                api=endpoint.api,
+                render_error=endpoint.render_error,
+            )
         for middleware in reversed(self.user_middleware):
             app = middleware.cls(app, *middleware.args, **middleware.kwargs)
         return app
@@ -177,7 +188,7 @@ def create_app(
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
-    for module in (chat, models, health, metrics, admin):
+    for module in (chat, anthropic_route, models, health, metrics, admin):
         app.include_router(module.router)
     # The last added runs first: CORS, then request context (arrival time, request id,
     # header bounds). GatewayApp takes chat requests through these and then admission (whose
@@ -189,13 +200,22 @@ def create_app(
         max_request_id_chars=settings.limits.max_request_id_chars,
         max_header_bytes=security.max_header_bytes,
         max_headers=security.max_headers,
+        error_body=error_body,
     )
     if security.cors_allow_origins:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=security.cors_allow_origins,
             allow_methods=["GET", "POST"],
-            allow_headers=["authorization", "content-type", "x-request-id", "x-session-id"],
-            expose_headers=["x-request-id", "x-flashbox-replica", "retry-after"],
+            allow_headers=[
+                "authorization",
+                "x-api-key",
+                "anthropic-version",
+                "anthropic-beta",
+                "content-type",
+                "x-request-id",
+                "x-session-id",
+            ],
+            expose_headers=["x-request-id", "request-id", "x-flashbox-replica", "retry-after"],
         )
     return app

@@ -18,13 +18,18 @@ class ApiKeyChecker:
     def enabled(self) -> bool:
         return bool(self._keys)
 
-    def check(self, authorization: str | None) -> None:
-        """Raise AuthenticationError unless the header carries one of the keys."""
+    def check(self, authorization: str | None, api_key: str | None = None) -> None:
+        """Raise AuthenticationError unless a header carries one of the keys: `Authorization:
+        Bearer KEY`, or (the Anthropic API's way) `x-api-key: KEY`."""
         if not self._keys:
+            return
+        if api_key and not authorization:
+            self._match(api_key.strip().encode())
             return
         if not authorization:
             raise AuthenticationError(
-                "Missing API key: send it as 'Authorization: Bearer <key>'.",
+                "Missing API key: send it as 'Authorization: Bearer <key>' "
+                "(or 'x-api-key: <key>').",
                 headers={"www-authenticate": "Bearer"},
             )
         scheme, _, token = authorization.partition(" ")
@@ -33,7 +38,9 @@ class ApiKeyChecker:
                 "Malformed Authorization header: expected 'Bearer <key>'.",
                 headers={"www-authenticate": "Bearer"},
             )
-        candidate = token.strip().encode()
+        self._match(token.strip().encode())
+
+    def _match(self, candidate: bytes) -> None:
         # Compare against every key, without stopping early, so timing says nothing about which
         # key (or how much of one) matched.
         matched = False

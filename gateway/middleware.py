@@ -10,6 +10,7 @@ import logging
 import re
 import time
 import uuid
+from typing import Protocol
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -17,35 +18,45 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 log = logging.getLogger("gateway.middleware")
 
 _SAFE_ID = re.compile(rb"[A-Za-z0-9._:\-]+")
-_INTERNAL_ERROR = orjson.dumps(
-    {
-        "error": {
-            "message": "The gateway failed unexpectedly; the error is logged with this request id.",
-            "type": "server_error",
-            "param": None,
-            "code": "internal_error",
-        }
-    }
+_INTERNAL_ERROR = (
+    500,
+    "internal_error",
+    "The gateway failed unexpectedly; the error is logged with this request id.",
+)
+_HEADERS_TOO_LARGE = (
+    431,
+    "headers_too_large",
+    "The request headers are too many or too large; send fewer or shorter headers "
+    "(security.max_headers, security.max_header_bytes).",
 )
 
-_HEADERS_TOO_LARGE = orjson.dumps(
-    {
-        "error": {
-            "message": "The request headers are too many or too large; send fewer or shorter "
-            "headers (security.max_headers, security.max_header_bytes).",
-            "type": "invalid_request_error",
-            "param": None,
-            "code": "headers_too_large",
-        }
-    }
-)
+
+class ErrorBody(Protocol):
+    """The JSON body of an error this middleware answers itself, in the shape of the face that
+    serves `path` (OpenAI's by default)."""
+
+    def __call__(
+        self, path: str, status: int, code: str, message: str, request_id: str
+    ) -> bytes: ...
+
+
+def openai_error_body(path: str, status: int, code: str, message: str, request_id: str) -> bytes:
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
 
 
 class RequestContextMiddleware:
     def __init__(
-        self, app: ASGIApp, *, max_request_id_chars: int, max_header_bytes: int, max_headers: int
+        self,
+        app: ASGIApp,
+        *,
+        max_request_id_chars: int,
+        max_header_bytes: int,
+        max_headers: int,
+        error_body: ErrorBody = openai_error_body,
     ) -> None:
         self.app = app
+        self.error_body = error_body
         self.max_id = max_request_id_chars
         self.max_header_bytes = max_header_bytes
         self.max_headers = max_headers
@@ -83,17 +94,19 @@ class RequestContextMiddleware:
         state.update(request_id=request_id, rid=rid, arrival=arrival, replica="none")
         started = False
         if self._headers_too_large(scope):
+            status, code, text = _HEADERS_TOO_LARGE
             await send(
                 {
                     "type": "http.response.start",
-                    "status": 431,
+                    "status": status,
                     "headers": [
                         (b"content-type", b"application/json"),
                         (b"x-request-id", request_id.encode()),
                     ],
                 }
             )
-            await send({"type": "http.response.body", "body": _HEADERS_TOO_LARGE})
+            body = self.error_body(scope["path"], status, code, text, request_id)
+            await send({"type": "http.response.body", "body": body})
             return
 
         async def send_with_headers(message: Message) -> None:
@@ -112,11 +125,13 @@ class RequestContextMiddleware:
             log.exception("unhandled error in request %s", request_id)
             if started:
                 raise
+            status, code, text = _INTERNAL_ERROR
             await send_with_headers(
                 {
                     "type": "http.response.start",
-                    "status": 500,
+                    "status": status,
                     "headers": [(b"content-type", b"application/json")],
                 }
             )
-            await send({"type": "http.response.body", "body": _INTERNAL_ERROR})
+            body = self.error_body(scope["path"], status, code, text, request_id)
+            await send({"type": "http.response.body", "body": body})

@@ -37,6 +37,9 @@ class ModelSettings(_Section):
     stop: list[str] = Field(default_factory=lambda: ["<|user|>", "<|observation|>"])
     # A prompt ending in this tag means the model starts inside its reasoning block.
     reasoning_open_tag: str = "<think>"
+    # Appended after the open tag when a client turns reasoning off: the block is closed empty,
+    # as the template renders past turns without reasoning.
+    reasoning_close_tag: str = "</think>"
     owned_by: str = "flashbox"
     # The parsers need the reasoning and tool-call markup, which are special tokens.
     skip_special_tokens: bool = False
@@ -86,6 +89,12 @@ class UpstreamSettings(_Section):
     # abort_request and health probes use their own small client so a full pool never delays them.
     control_max_connections: int = Field(default=32, gt=0)
     abort_timeout_s: float = Field(default=1.0, gt=0)
+    # POST /tokenize (count_tokens), on the control client: the whole exchange. SGLang encodes
+    # on its HTTP process's event loop, so a busy engine answers late; a long prompt's count
+    # never needs minutes, unlike a prefill.
+    tokenize_timeout_s: float = Field(default=30.0, gt=0)
+    # Bound on a /tokenize answer: it lists every token id of the prompt (~7 bytes each).
+    max_tokenize_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
 
 
 class HealthSettings(_Section):
@@ -193,6 +202,32 @@ class SecuritySettings(_Section):
     log_bodies: bool = False
 
 
+class ReasoningSettings(_Section):
+    """Reasoning tokens (Anthropic thinking signatures, Responses encrypted_content) carry the
+    exact reasoning back, so the next turn's prompt extends this one
+    (gateway/core/reasoning_codec.py)."""
+
+    # HMAC key. Empty: a random key per process, so tokens stop verifying after a restart and
+    # replayed turns fall back to the visible reasoning text. Set it
+    # (FLASHBOX_REASONING__SIGNING_KEY) so sessions survive restarts and gateways share tokens.
+    signing_key: str = ""
+    # Older tokens are ignored (the visible text is used).
+    max_age_s: float = Field(default=30 * 86400.0, gt=0)
+    # Bound on the text one token may restore.
+    max_text_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+
+
+class AnthropicSettings(_Section):
+    """The Anthropic Messages face (/v1/messages)."""
+
+    # A ping frame after this many seconds without a byte: a cold prefill of a long session
+    # takes minutes and Claude Code drops a stream after 300 s of silence.
+    keepalive_s: float = Field(default=10.0, gt=0)
+    # Leading system blocks starting with one of these are dropped before rendering: Claude
+    # Code's attribution block differs per conversation and would break the shared prefix.
+    drop_system_prefixes: list[str] = Field(default_factory=lambda: ["x-anthropic-billing-header:"])
+
+
 class ShutdownSettings(_Section):
     # After SIGTERM: in-flight requests get this long to finish; the rest are aborted.
     grace_s: float = Field(default=30.0, ge=0)
@@ -226,6 +261,8 @@ class Settings(BaseSettings):
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     shutdown: ShutdownSettings = Field(default_factory=ShutdownSettings)
+    reasoning: ReasoningSettings = Field(default_factory=ReasoningSettings)
+    anthropic: AnthropicSettings = Field(default_factory=AnthropicSettings)
     # Passed as-is to gateway.render's own settings model (RenderSettings), which validates it.
     render: dict[str, Any] = Field(default_factory=dict)
 

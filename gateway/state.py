@@ -11,6 +11,8 @@ import httpx
 
 from gateway.auth import ApiKeyChecker
 from gateway.components import load_constraint_builder, load_parser_factory, load_renderer
+from gateway.core.reasoning_codec import ReasoningCodec
+from gateway.core.relay import error_kind
 from gateway.errors import GatewayError
 from gateway.observability.metrics import Metrics
 from gateway.observability.timeline import RequestRecord
@@ -21,7 +23,6 @@ from gateway.routing import Replica, ReplicaPicker
 from gateway.routing.build import build_routing
 from gateway.routing.health import HealthProber
 from gateway.settings import Settings
-from gateway.stream.relay import error_kind
 from gateway.upstream import EngineClient
 
 log = logging.getLogger("gateway.state")
@@ -38,24 +39,25 @@ class AppState:
     renderer: Renderer
     parser_factory: ParserFactory
     constraint_builder: DecodingConstraintBuilder
+    reasoning_codec: ReasoningCodec
     in_flight: int = 0
     # Fire-and-forget work (abort_request calls) kept referenced until done.
     background: set[asyncio.Task[bool]] = field(default_factory=set)
 
-    def admit(self, model: str, arrival: float) -> RequestRecord:
+    def admit(self, model: str, arrival: float, api: str) -> RequestRecord:
         """Counts an admitted request in (the bound and queue are gateway.admission's)."""
         self.in_flight += 1
         self.metrics.in_flight.inc()
-        return RequestRecord(metrics=self.metrics, model=model, arrival=arrival)
+        return RequestRecord(metrics=self.metrics, model=model, arrival=arrival, api=api)
 
     def release(self) -> None:
         self.in_flight -= 1
         self.metrics.in_flight.dec()
 
-    def refused(self, model: str, error: GatewayError) -> None:
+    def refused(self, model: str, error: GatewayError, api: str) -> None:
         """A request that failed before admission (auth, input, limits)."""
-        self.metrics.requests.labels(model=model, code=str(error.status_code)).inc()
-        self.metrics.errors.labels(kind=error_kind(error)).inc()
+        self.metrics.requests.labels(model=model, code=str(error.status_code), api=api).inc()
+        self.metrics.errors.labels(kind=error_kind(error), api=api).inc()
 
     def abort_upstream(self, replica: Replica, rid: str, phase: str) -> None:
         """Tell the engine to drop `rid` now, without making anyone wait for the answer."""
@@ -81,6 +83,24 @@ def build_state(
         renderer=load_renderer(settings.render),
         parser_factory=load_parser_factory(settings.model.family),
         constraint_builder=load_constraint_builder(settings.model.family),
+        reasoning_codec=_reasoning_codec(settings),
+    )
+
+
+def _reasoning_codec(settings: Settings) -> ReasoningCodec:
+    config = settings.reasoning
+    if config.signing_key:
+        return ReasoningCodec(
+            config.signing_key.encode(),
+            max_age_s=config.max_age_s,
+            max_text_bytes=config.max_text_bytes,
+        )
+    log.info(
+        "reasoning.signing_key is not set: reasoning tokens are signed with a key of this "
+        "process and fall back to their visible text after a restart"
+    )
+    return ReasoningCodec.with_random_key(
+        max_age_s=config.max_age_s, max_text_bytes=config.max_text_bytes
     )
 
 

@@ -1,4 +1,5 @@
-"""SGLang's native API as the gateway uses it: POST /generate (streamed), POST /abort_request.
+"""SGLang's native API as the gateway uses it: POST /generate (streamed), POST /abort_request,
+POST /tokenize.
 
 Reading the streamed body is gateway.engine_stream's job. Generation uses the lean wire client
 (gateway.engine_wire) unless `upstream.client: httpx`; an injected `transport=` (an
@@ -37,6 +38,14 @@ log = logging.getLogger("gateway.upstream")
 
 _JSON_HEADERS = {"content-type": "application/json"}
 _ID = "x-request-id"
+# sglang-kt 0.7.2 serves /tokenize and /v1/tokenize with one handler (entrypoints/http_server.py);
+# the native path sits next to /generate and /abort_request.
+_TOKENIZE_PATH = "/tokenize"
+# /generate tokenizes a `text` prompt with the tokenizer's defaults, add_special_tokens
+# included (TokenizerManager._tokenize_texts calls tokenizer(text)), so /tokenize must too for
+# its count to be the prompt_tokens /generate reports: were the tokenizer to add a BOS to the
+# rendered prompt (which spells [gMASK]<sop> itself), /generate's prompt would carry it too.
+_ADD_SPECIAL_TOKENS = True
 
 
 class EngineClient:
@@ -191,12 +200,78 @@ class EngineClient:
             return False
         return response.status_code < 400
 
+    async def count_prompt_tokens(self, replica: Replica, text: str) -> int:
+        """How many tokens the engine makes of `text` as a /generate prompt (POST /tokenize).
+
+        On the control client: a count is small work, and must not wait behind generations."""
+        settings = self._settings
+        limit = settings.max_tokenize_body_bytes
+        body = orjson.dumps({"prompt": text, "add_special_tokens": _ADD_SPECIAL_TOKENS})
+        try:
+            # httpx's timeouts bound each read; this bounds the whole exchange.
+            async with (
+                asyncio.timeout(settings.tokenize_timeout_s),
+                self.control.stream(
+                    "POST",
+                    replica.base_url + _TOKENIZE_PATH,
+                    content=body,
+                    headers=_JSON_HEADERS,
+                    timeout=httpx.Timeout(
+                        settings.tokenize_timeout_s, connect=settings.connect_timeout_s
+                    ),
+                ) as response,
+            ):
+                if response.status_code != 200:
+                    raise await self._status_error(HttpxBody(response))
+                answer = bytearray()
+                async for chunk in response.aiter_bytes():
+                    answer += chunk
+                    if len(answer) > limit:
+                        raise UpstreamError(
+                            f"The engine's /tokenize answer exceeds {limit} bytes "
+                            "(upstream.max_tokenize_body_bytes)."
+                        )
+        except TimeoutError as exc:
+            raise UpstreamTimeoutError(
+                f"The engine did not count the prompt's tokens within "
+                f"{settings.tokenize_timeout_s:g}s (upstream.tokenize_timeout_s).",
+                code="tokenize_timeout",
+            ) from exc
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise EngineUnreachableError(
+                f"The engine replica {replica.name} is unreachable; retry shortly."
+            ) from exc
+        except httpx.PoolTimeout as exc:
+            raise NoReplicaError("All connections to the engine are busy; retry shortly.") from exc
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeoutError("The engine did not answer in time.") from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"The engine's /tokenize request failed: {exc}") from exc
+        return _token_count(bytes(answer))
+
     async def aclose(self) -> None:
         if self._wire is not None:
             self._wire.close()
         if self._owned_transport and self._transport is not None:
             await self._transport.aclose()
         await self.control.aclose()
+
+
+def _token_count(body: bytes) -> int:
+    """`count` of a /tokenize answer for one prompt, else the length of its `tokens`."""
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(f"The engine's /tokenize answer is not JSON: {exc}") from exc
+    if isinstance(answer, dict):
+        count = answer.get("count")
+        if count is None and isinstance(answer.get("tokens"), list):
+            count = len(answer["tokens"])
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            return count
+    raise UpstreamError(
+        f"The engine's /tokenize answer has no token count: {body[:200].decode(errors='replace')}"
+    )
 
 
 def _error_message(body: bytes) -> str:

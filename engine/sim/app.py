@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from engine.sim import info, native, openai_chat
+from engine.sim import info, native, openai_chat, tokenize
 from engine.sim.engine import SimEngine
 from engine.sim.errors import error_response
 from engine.sim.settings import SimSettings
@@ -41,6 +41,8 @@ def build_app(settings: SimSettings) -> Starlette:
     routes = [
         Route("/generate", native.generate, methods=["POST"]),
         Route("/abort_request", native.abort_request, methods=["POST"]),
+        Route("/tokenize", tokenize.tokenize, methods=["POST"]),
+        Route("/v1/tokenize", tokenize.tokenize, methods=["POST"]),
         Route("/health", info.health, methods=["GET"]),
         Route("/health_generate", info.health_generate, methods=["GET"]),
         Route("/model_info", info.model_info, methods=["GET"]),

@@ -66,12 +66,16 @@ class SimEngine:
             return self.process_fault
         return None
 
+    def tokenize(self, text: str) -> TokenSeq:
+        """A text prompt as /generate counts it; /tokenize answers with the same count."""
+        return from_text(text, self.settings.profile.bytes_per_token)
+
     def create_request(self, params: GenerateParams) -> SimRequest:
         profile = self.settings.profile
         if params.input_ids is not None:
             prompt = from_ids(params.input_ids)
         else:
-            prompt = from_text(params.text or "", profile.bytes_per_token)
+            prompt = self.tokenize(params.text or "")
         if prompt.count >= profile.context_length:
             raise SimRequestError(
                 f"the prompt has {prompt.count} tokens; the context length is "

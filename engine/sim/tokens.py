@@ -94,5 +94,15 @@ def split_pieces(text: str, bytes_per_token: int) -> list[str]:
 
 
 def piece_id(piece: str) -> int:
-    data = piece.encode()
+    return _bytes_id(piece.encode())
+
+
+def token_ids(seq: TokenSeq) -> list[int]:
+    """One id per token of `seq`, read from its bytes as piece_id reads a piece: at 4 bytes per
+    token the ids of an ASCII text are input_ids that key the same as the text itself."""
+    data, unit = seq.data, seq.unit
+    return [_bytes_id(data[i : i + unit]) for i in range(0, len(data), unit)]
+
+
+def _bytes_id(data: bytes) -> int:
     return int.from_bytes(data[:ID_BYTES].ljust(ID_BYTES, b"\0"), "little")

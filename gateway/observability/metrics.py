@@ -65,9 +65,10 @@ class Metrics:
             PlatformCollector(registry=reg)
             GCCollector(registry=reg)
 
+        # api: the face a request came through ("openai", "anthropic", ...; a fixed set).
         self.requests = Counter(
-            "flashbox_requests", "Chat requests answered, by status code.",
-            ["model", "code"], registry=reg,
+            "flashbox_requests", "Generation requests answered, by status code and API.",
+            ["model", "code", "api"], registry=reg,
         )  # fmt: skip
         self.in_flight = Gauge(
             "flashbox_requests_in_flight", "Chat requests being served now.", registry=reg
@@ -75,7 +76,7 @@ class Metrics:
         self.ttft = Histogram(
             "flashbox_ttft_seconds",
             "Request arrival to the first generated token sent (reasoning, content or tool call).",
-            ["model"], buckets=TTFT_BUCKETS, registry=reg,
+            ["model", "api"], buckets=TTFT_BUCKETS, registry=reg,
         )  # fmt: skip
         self.ttft_stage = Histogram(
             "flashbox_ttft_stage_seconds",
@@ -129,8 +130,9 @@ class Metrics:
             ["replica"], registry=reg,
         )  # fmt: skip
         self.errors = Counter(
-            "flashbox_errors", "Failed requests and stream faults, by kind.", ["kind"], registry=reg
-        )
+            "flashbox_errors", "Failed requests and stream faults, by kind and API.",
+            ["kind", "api"], registry=reg,
+        )  # fmt: skip
         self.upstream_aborts = Counter(
             "flashbox_upstream_aborts",
             "abort_request calls sent to the engine after a client left, by phase.",

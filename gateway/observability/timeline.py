@@ -22,6 +22,7 @@ class RequestRecord:
     metrics: Metrics
     model: str
     arrival: float
+    api: str = "openai"
     stages: dict[str, float] = field(default_factory=dict)
     first_token_at: float | None = None
     last_token_at: float | None = None
@@ -63,9 +64,10 @@ class RequestRecord:
         m, model = self.metrics, self.model
         child = m.child
         now = time.perf_counter()
-        child(m.requests, model, str(code)).inc()
+        api = self.api
+        child(m.requests, model, str(code), api).inc()
         if error_kind is not None:
-            child(m.errors, error_kind).inc()
+            child(m.errors, error_kind, api).inc()
         for stage, seconds in self.stages.items():
             child(m.ttft_stage, stage).observe(seconds)
         if self.prompt_tokens:
@@ -78,7 +80,7 @@ class RequestRecord:
         if self.first_token_at is None:
             return
         ttft = self.first_token_at - self.arrival
-        child(m.ttft, model).observe(ttft)
+        child(m.ttft, model, api).observe(ttft)
         uncached = self.prompt_tokens - self.cached_tokens
         if uncached > 0 and ttft > 0:
             child(m.prefill_rate, model).observe(uncached / ttft)

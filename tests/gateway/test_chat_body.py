@@ -18,9 +18,10 @@ from starlette.types import Message
 from gateway.admission import AdmissionMiddleware
 from gateway.app import create_app
 from gateway.errors import ClientDisconnected, PayloadTooLargeError
+from gateway.faces import ENDPOINTS
+from gateway.faces.openai_chat.input import _nesting_exceeds, read_body
+from gateway.faces.openai_chat.route import serve_chat
 from gateway.middleware import RequestContextMiddleware
-from gateway.routes.chat import serve_chat
-from gateway.routes.chat_input import _nesting_exceeds, read_body
 from gateway.settings import Settings
 from tests.gateway.conftest import ENGINE, chat_body
 from tests.gateway.fake_engine import FakeEngine, Script
@@ -102,7 +103,7 @@ async def test_a_client_leaving_mid_body_gets_no_answer_and_costs_nothing(
             state = app.state.flashbox
             assert state.in_flight == 0
             assert not app.state.admission.running  # its slot is back
-            labels = {"model": "unknown", "code": "499"}
+            labels = {"model": "unknown", "code": "499", "api": "openai"}
             registry = state.metrics.registry
             assert registry.get_sample_value("flashbox_requests_total", labels) == 1
     assert sent == []  # nobody to answer
@@ -115,7 +116,8 @@ def test_chat_requests_take_only_the_gateways_own_middleware(cors: bool) -> None
     origins = ["https://app.example"] if cors else []
     app = create_app(Settings(engines=[ENGINE], security={"cors_allow_origins": origins}))
     layers: list[type] = []
-    layer: Any = app._build_chat_stack()
+    chat = next(endpoint for endpoint in ENDPOINTS if endpoint.path == "/v1/chat/completions")
+    layer: Any = app._build_stack(chat)
     while layer is not serve_chat:
         layers.append(type(layer))
         layer = layer.app
@@ -162,7 +164,8 @@ async def test_a_stream_ends_in_the_write_that_carries_done(error_after: int | N
         )
         assert (
             registry.get_sample_value(
-                "flashbox_requests_total", {"model": "glm-5.3-flash", "code": "200"}
+                "flashbox_requests_total",
+                {"model": "glm-5.3-flash", "code": "200", "api": "openai"},
             )
             == 1
         )

@@ -61,8 +61,8 @@ def test_metric_names_are_the_contract() -> None:
 async def test_metrics_after_a_request(client: httpx.AsyncClient) -> None:
     await client.post("/v1/chat/completions", json=chat_body(stream=True))
     text = (await client.get("/metrics")).text
-    assert f'flashbox_requests_total{{code="200",model="{MODEL}"}} 1.0' in text
-    assert f'flashbox_ttft_seconds_count{{model="{MODEL}"}} 1.0' in text
+    assert f'flashbox_requests_total{{api="openai",code="200",model="{MODEL}"}} 1.0' in text
+    assert f'flashbox_ttft_seconds_count{{api="openai",model="{MODEL}"}} 1.0' in text
     assert f'flashbox_generated_tokens_total{{model="{MODEL}"}} 5.0' in text
     assert f'flashbox_cached_tokens_total{{model="{MODEL}"}} 5.0' in text
     assert 'flashbox_ttft_stage_seconds_count{stage="first_content_token"} 1.0' in text
@@ -77,7 +77,7 @@ async def test_metrics_are_per_app(engine: FakeEngine) -> None:
         await first.post("/v1/chat/completions", json=chat_body())
     async with gateway_client(engine) as second:
         text = (await second.get("/metrics")).text
-    assert 'flashbox_requests_total{code="200"' not in text
+    assert 'flashbox_requests_total{api="openai",code="200"' not in text
 
 
 async def test_unexpected_failure_is_openai_500_with_request_id(engine: FakeEngine) -> None:

@@ -4,7 +4,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.sim.checkpoints import CheckpointPool
-from engine.sim.tokens import from_ids, from_text, piece_id, prefix_key, prefix_keys, split_pieces
+from engine.sim.tokens import (
+    from_ids,
+    from_text,
+    piece_id,
+    prefix_key,
+    prefix_keys,
+    split_pieces,
+    token_ids,
+)
 
 
 def test_text_token_count_is_ceil_of_bytes() -> None:
@@ -29,6 +37,21 @@ def test_ascii_text_and_its_chunk_ids_share_keys() -> None:
     assert list(prefix_keys(from_text(text, 4), 32, 128)) == list(
         prefix_keys(from_ids(ids), 32, 128)
     )
+
+
+def test_token_ids_of_ascii_text_are_its_chunk_ids() -> None:
+    text = "abcdefgh" * 64
+    ids = token_ids(from_text(text, 4))
+    assert ids == [piece_id(text[i : i + 4]) for i in range(0, len(text), 4)]
+    assert list(prefix_keys(from_ids(ids), 32, 128)) == list(
+        prefix_keys(from_text(text, 4), 32, 128)
+    )
+
+
+@given(st.text(), st.integers(min_value=1, max_value=8))
+def test_one_token_id_per_counted_token(text: str, size: int) -> None:
+    seq = from_text(text, size)
+    assert len(token_ids(seq)) == seq.count
 
 
 @given(st.text(max_size=200), st.integers(min_value=1, max_value=8))

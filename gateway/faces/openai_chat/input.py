@@ -1,8 +1,9 @@
-"""Hop 1 for chat: read the body within its bound, parse it, check every limit.
+"""Hop 1 of the OpenAI chat face: parse the body, check every limit, make the core request.
 
 Messages and tools stay the client's own dicts (the renderer's input); the pydantic model only
 proves their shape. Counts are checked on the raw JSON first, so an oversized conversation is
-refused before any validation work is spent on it.
+refused before any validation work is spent on it. Reading the body within its bound and the
+checks on raw JSON are shared with the other faces (`read_body`, `load_json_body`).
 """
 
 from __future__ import annotations
@@ -14,23 +15,24 @@ import orjson
 from pydantic import ValidationError
 from starlette.types import Receive
 
+from gateway.core.request import CoreRequest, Sampling, SessionHints
 from gateway.errors import (
     ClientDisconnected,
     InvalidRequestError,
     NotFoundError,
     PayloadTooLargeError,
 )
-from gateway.protocol import ChatCompletionRequest
-from gateway.settings import Settings
+from gateway.faces.openai_chat.protocol import ChatCompletionRequest
+from gateway.settings import LimitSettings, Settings
+
+API = "openai"
 
 
 @dataclass(frozen=True, slots=True)
 class ChatInput:
-    request: ChatCompletionRequest
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None
-    body_bytes: int
-    model: str  # the served name that matched
+    core: CoreRequest
+    # stream_options.include_usage: the face's own option, for its encoder.
+    include_usage: bool
 
 
 async def read_body(receive: Receive, content_length: str | None, max_bytes: int) -> bytes:
@@ -89,7 +91,8 @@ def _nesting_exceeds(value: object, limit: int) -> bool:
     return bool(level)
 
 
-def parse_chat(body: bytes, settings: Settings) -> ChatInput:
+def load_json_body(body: bytes, limits: LimitSettings) -> dict[str, Any]:
+    """The body as a JSON object, refused (400) when it is not one or nests too deep."""
     try:
         raw = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -99,7 +102,19 @@ def parse_chat(body: bytes, settings: Settings) -> ChatInput:
         ) from exc
     if not isinstance(raw, dict):
         raise InvalidRequestError("The request body must be a JSON object.", code="invalid_json")
-    limits = settings.limits
+    if _nesting_exceeds(raw, limits.max_json_depth):
+        # Deeper JSON than any real conversation; later hops (hashing, templates) have their
+        # own recursion limits, and this keeps them from turning it into a 500.
+        raise InvalidRequestError(
+            f"The request nests JSON deeper than {limits.max_json_depth} levels; "
+            "flatten the tool schemas or arguments.",
+            code="json_too_deep",
+        )
+    return raw
+
+
+def check_counts(raw: dict[str, Any], limits: LimitSettings) -> None:
+    """Counts of messages and tools, on the raw JSON, before any validation work."""
     messages = raw.get("messages")
     if isinstance(messages, list) and len(messages) > limits.max_messages:
         raise InvalidRequestError(
@@ -110,27 +125,66 @@ def parse_chat(body: bytes, settings: Settings) -> ChatInput:
         raise InvalidRequestError(
             f"Too many tools: {len(tools)} > {limits.max_tools}.", param="tools"
         )
-    if _nesting_exceeds(raw, limits.max_json_depth):
-        # Deeper JSON than any real conversation; later hops (hashing, templates) have their
-        # own recursion limits, and this keeps them from turning it into a 500.
-        raise InvalidRequestError(
-            f"The request nests JSON deeper than {limits.max_json_depth} levels; "
-            "flatten the tool schemas or arguments.",
-            code="json_too_deep",
-        )
+
+
+def parse_chat(body: bytes, settings: Settings, session_header: str | None = None) -> ChatInput:
+    limits = settings.limits
+    raw = load_json_body(body, limits)
+    check_counts(raw, limits)
     try:
         request = ChatCompletionRequest.model_validate(raw)
     except ValidationError as exc:
         message, param = validation_message(exc)
         raise InvalidRequestError(message, param=param, code="invalid_value") from exc
     _check(request, settings)
-    return ChatInput(
-        request=request,
-        messages=messages,  # type: ignore[arg-type]  # validated above
-        tools=tools,
-        body_bytes=len(body),
+    return ChatInput(_core(request, raw, len(body), session_header), request.include_usage)
+
+
+def _core(
+    request: ChatCompletionRequest, raw: dict[str, Any], body_bytes: int, header: str | None
+) -> CoreRequest:
+    extra = request.model_extra or {}
+    session_body: dict[str, Any] = dict(extra)
+    if request.user is not None:
+        session_body["user"] = request.user
+    kwargs = dict(request.chat_template_kwargs or {})
+    if request.reasoning_effort is not None:
+        kwargs["reasoning_effort"] = request.reasoning_effort
+    choice = request.tool_choice
+    return CoreRequest(
+        api=API,
         model=request.model,
+        messages=raw["messages"],
+        tools=raw.get("tools"),
+        tool_choice=choice if choice is None or isinstance(choice, str) else choice.model_dump(),
+        template_kwargs=kwargs,
+        sampling=Sampling(
+            max_tokens=request.requested_max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            top_k=request.top_k,
+            min_p=request.min_p,
+            presence_penalty=request.presence_penalty,
+            frequency_penalty=request.frequency_penalty,
+            repetition_penalty=request.repetition_penalty,
+            seed=request.seed,
+            stop=tuple(request.stop_list),
+            json_schema=_json_schema(request),
+        ),
+        stream=request.stream,
+        session=SessionHints(header=header, body=session_body),
+        body_bytes=body_bytes,
+        custom_params=extra.get("custom_params"),
     )
+
+
+def _json_schema(request: ChatCompletionRequest) -> str | None:
+    fmt = request.response_format
+    if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
+        return orjson.dumps(fmt.json_schema.schema_ or {"type": "object"}).decode()
+    if fmt is not None and fmt.type == "json_object":
+        return '{"type": "object"}'
+    return None
 
 
 def _check(request: ChatCompletionRequest, settings: Settings) -> None:

@@ -1,10 +1,10 @@
-"""Hop 3 helpers for ChatRun: the request's session key and the retry rules before first byte."""
+"""Hop 3 helpers for Run: the request's session key and the retry rules before first byte."""
 
 from __future__ import annotations
 
 import random
-from typing import Any
 
+from gateway.core.request import CoreRequest
 from gateway.errors import (
     EngineUnreachableError,
     GatewayError,
@@ -13,17 +13,18 @@ from gateway.errors import (
     UpstreamStreamError,
     UpstreamTimeoutError,
 )
-from gateway.routes.chat_input import ChatInput
 from gateway.routing import Outcome
 from gateway.routing.session_key import session_key
 from gateway.settings import RoutingSettings
 
 
-def request_session_key(chat: ChatInput, header: str | None, settings: RoutingSettings) -> str:
-    body: dict[str, Any] = dict(chat.request.model_extra or {})
-    if chat.request.user is not None:
-        body["user"] = chat.request.user
-    return session_key(header, body, settings.session_fields, chat.messages, chat.tools)
+def request_session_key(request: CoreRequest, settings: RoutingSettings) -> str:
+    hints = request.session
+    header = hints.header
+    if header and hints.conversation:
+        # A subagent's conversation has its own prompt and checkpoint: its own key.
+        header = f"{header}\0{hints.conversation}"
+    return session_key(header, hints.body, settings.session_fields, request.messages, request.tools)
 
 
 def classify_failure(exc: GatewayError) -> tuple[Outcome, bool]:

@@ -1,4 +1,4 @@
-"""POST /v1/chat/completions: hop 1 here, the rest in ChatRun.
+"""POST /v1/chat/completions: the OpenAI chat face's hop 1 here, the rest in the core's Run.
 
 `serve_chat` is how requests really arrive: gateway.app.GatewayApp sends them through the
 gateway's own middleware straight to it, past Starlette's router, FastAPI's request handler
@@ -10,6 +10,7 @@ send wrappers, on every streamed chunk. The FastAPI route stays for the OpenAPI 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter
@@ -17,9 +18,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from gateway.core.run import Run
 from gateway.errors import ClientDisconnected, GatewayError
-from gateway.routes.chat_input import parse_chat, read_body
-from gateway.routes.chat_run import ChatRun
+from gateway.faces.openai_chat.encode import ChatAnswer
+from gateway.faces.openai_chat.input import API, parse_chat, read_body
 from gateway.routes.deps import app_state, error_response
 from gateway.state import AppState
 
@@ -38,7 +40,7 @@ def _headers(scope: Scope) -> dict[bytes, str]:
 
 
 async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
-    """Auth, body, validation, admission into the metrics; then ChatRun answers."""
+    """Auth, body, validation, admission into the metrics; then the core's Run answers."""
     scope_state: dict[str, Any] = scope["state"]
     headers = _headers(scope)
     model = "unknown"
@@ -46,16 +48,19 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
         state.auth.check(headers.get(b"authorization"))
         limit = state.settings.limits.max_body_bytes
         body = await read_body(receive, headers.get(b"content-length"), limit)
-        chat = parse_chat(body, state.settings)
-        model = chat.model
-        record = state.admit(model, scope_state["arrival"])
+        chat = parse_chat(body, state.settings, headers.get(b"x-session-id"))
+        model = chat.core.model
+        record = state.admit(model, scope_state["arrival"], API)
     except GatewayError as exc:
-        state.refused(model, exc)
+        state.refused(model, exc, API)
         raise
     except ClientDisconnected:
-        state.metrics.requests.labels(model=model, code="499").inc()
+        state.metrics.requests.labels(model=model, code="499", api=API).inc()
         raise
-    run = ChatRun(state, chat, record, scope_state, headers.get(b"x-session-id"))
+    answer = ChatAnswer(
+        scope_state["rid"], model, int(time.time()), include_usage=chat.include_usage
+    )
+    run = Run(state, chat.core, answer, record, scope_state)
     return await run.respond(receive)
 
 

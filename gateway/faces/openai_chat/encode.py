@@ -1,4 +1,5 @@
-"""OpenAI chat.completion.chunk bytes, and the one-shot message built from the same deltas.
+"""Hop 6 of the OpenAI chat face: chat.completion.chunk bytes, and the one-shot ChatCompletion
+built from the same deltas.
 
 Chunks share everything but the delta, so the constant JSON around it is encoded once per
 request and each chunk costs one small orjson.dumps of the delta.
@@ -6,10 +7,13 @@ request and each chunk costs one small orjson.dumps of the delta.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from gateway.core.answer import Finish, Usage
+from gateway.errors import GatewayError
 from gateway.parsers.base import (
     ContentDelta,
     ParsedDelta,
@@ -17,6 +21,7 @@ from gateway.parsers.base import (
     ToolCallArgumentsDelta,
     ToolCallStart,
 )
+from gateway.stream import sse
 
 
 def _delta_obj(delta: ParsedDelta) -> dict[str, Any]:
@@ -51,10 +56,24 @@ def merge_text(deltas: list[ParsedDelta]) -> list[ParsedDelta]:
     return merged
 
 
-class ChunkBuilder:
-    __slots__ = ("_finish_head", "_head", "_tail", "_usage_head")
+def usage_body(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
 
-    def __init__(self, completion_id: str, created: int, model: str) -> None:
+
+class ChunkBuilder:
+    """The face's StreamEncoder: the role chunk goes out with the first output, as SGLang's
+    own server sends it (one write and one client wake-up fewer per request)."""
+
+    __slots__ = ("_finish_head", "_head", "_include_usage", "_pending", "_tail", "_usage_head")
+
+    def __init__(
+        self, completion_id: str, created: int, model: str, *, include_usage: bool = False
+    ) -> None:
         common = orjson.dumps(
             {
                 "id": completion_id,
@@ -67,32 +86,58 @@ class ChunkBuilder:
         self._tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
         self._finish_head = self._head + b'{},"logprobs":null,"finish_reason":'
         self._usage_head = b"data: " + common + b',"choices":[],"usage":'
+        self._include_usage = include_usage
+        # The role chunk, until the first output takes it along.
+        self._pending = self._head + b'{"role":"assistant","content":""}' + self._tail
 
-    def role(self) -> bytes:
-        return self._head + b'{"role":"assistant","content":""}' + self._tail
+    def start(self) -> bytes:
+        return b""  # the headers went out; the role chunk waits for the first output
+
+    def keepalive(self) -> bytes | None:
+        return None
 
     def deltas(self, deltas: list[ParsedDelta]) -> bytes:
-        head, tail = self._head, self._tail
+        head, tail, pending = self._head, self._tail, self._pending
+        if pending:
+            self._pending = b""
         if len(deltas) == 1:
             # The usual case, one piece of text per engine event: no dict, no generator.
             delta = deltas[0]
             if type(delta) is ContentDelta:
-                return head + b'{"content":' + orjson.dumps(delta.text) + b"}" + tail
+                return pending + head + b'{"content":' + orjson.dumps(delta.text) + b"}" + tail
             if type(delta) is ReasoningDelta:
-                return head + b'{"reasoning_content":' + orjson.dumps(delta.text) + b"}" + tail
-        return b"".join(head + orjson.dumps(_delta_obj(d)) + tail for d in merge_text(deltas))
+                return (
+                    pending
+                    + head
+                    + b'{"reasoning_content":'
+                    + orjson.dumps(delta.text)
+                    + b"}"
+                    + tail
+                )
+        return pending + b"".join(
+            head + orjson.dumps(_delta_obj(d)) + tail for d in merge_text(deltas)
+        )
 
-    def finish(self, reason: str) -> bytes:
-        return self._finish_head + orjson.dumps(reason) + b"}]}\n\n"
+    def finish(self, finish: Finish) -> bytes:
+        pending, self._pending = self._pending, b""
+        out = pending + self._finish_head + orjson.dumps(finish.reason) + b"}]}\n\n"
+        if self._include_usage:
+            out += self._usage_head + orjson.dumps(usage_body(finish.usage)) + b"}\n\n"
+        return out + sse.DONE
 
-    def usage(self, usage: dict[str, Any]) -> bytes:
-        return self._usage_head + orjson.dumps(usage) + b"}\n\n"
+    def error(self, error: GatewayError) -> bytes:
+        """What the openai client raises as APIError mid-stream, then [DONE]."""
+        pending, self._pending = self._pending, b""
+        return pending + sse.error_event(error) + sse.DONE
 
 
 class MessageAccumulator:
-    """Collects deltas into the assistant message of a non-streaming ChatCompletion."""
+    """The face's Collector: deltas into the assistant message of a ChatCompletion."""
 
-    def __init__(self) -> None:
+    def __init__(self, completion_id: str = "", created: int = 0, model: str = "") -> None:
+        self._id = completion_id
+        self._created = created
+        self._model = model
         self._content: list[str] = []
         self._reasoning: list[str] = []
         # By tool-call index (the parser numbers calls 0, 1, ... in order).
@@ -131,3 +176,40 @@ class MessageAccumulator:
                 for args in (self._arguments[index],)
             ]
         return message
+
+    def body(self, finish: Finish) -> bytes:
+        return orjson.dumps(
+            {
+                "id": self._id,
+                "object": "chat.completion",
+                "created": self._created,
+                "model": self._model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": self.message(),
+                        "logprobs": None,
+                        "finish_reason": finish.reason,
+                    }
+                ],
+                "usage": usage_body(finish.usage),
+            }
+        )
+
+
+class ChatAnswer:
+    """One chat request's encoders (gateway.core.answer.Answer)."""
+
+    headers: Mapping[str, str] = {}
+
+    def __init__(self, rid: str, model: str, created: int, *, include_usage: bool) -> None:
+        self._id = f"chatcmpl-{rid}"
+        self._model = model
+        self._created = created
+        self._include_usage = include_usage
+
+    def stream_encoder(self) -> ChunkBuilder:
+        return ChunkBuilder(self._id, self._created, self._model, include_usage=self._include_usage)
+
+    def collector(self) -> MessageAccumulator:
+        return MessageAccumulator(self._id, self._created, self._model)

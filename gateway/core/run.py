@@ -1,4 +1,4 @@
-"""Hops 2-4 for one admitted chat request, and the client-disconnect handling around them.
+"""Hops 2-4 for one admitted request of any face, and the client-disconnect handling around them.
 
 Phases, as `flashbox_upstream_aborts_total{phase}` names them: "queued" (the /generate request
 is sent but the engine has not answered yet), "before_first_token" (streaming, no token relayed
@@ -14,34 +14,38 @@ import time
 from functools import partial
 from typing import Any
 
-import orjson
 from starlette.responses import Response
 from starlette.types import Receive
 
+from gateway.core.answer import Answer
+from gateway.core.relay import Relay, error_kind
+from gateway.core.request import CoreRequest
+from gateway.core.retry import backoff_s, classify_failure, request_session_key
 from gateway.engine_stream import EngineStream
 from gateway.errors import ClientDisconnected, GatewayError
 from gateway.observability.timeline import RequestRecord
-from gateway.routes.chat_input import ChatInput
-from gateway.routes.chat_route import backoff_s, classify_failure, request_session_key
 from gateway.routing import Outcome, Replica, RequestContext
-from gateway.sampling import add_constraint, generate_body, template_kwargs
+from gateway.sampling import add_constraint, generate_body
 from gateway.state import AppState
-from gateway.stream.relay import ChatRelay, error_kind
 from gateway.stream.response import DisconnectWatcher, SSEResponse
 from gateway.stream.text_diff import TextDiffer
 
 
-class ChatRun:
+class Run:
     def __init__(
         self,
         state: AppState,
-        chat: ChatInput,
+        request: CoreRequest,
+        answer: Answer,
         record: RequestRecord,
         scope_state: dict[str, Any],
-        session_header: str | None,
+        *,
+        keepalive_s: float | None = None,
     ) -> None:
         self._state = state
-        self._chat = chat
+        self._chat = request
+        self._answer = answer
+        self._keepalive_s = keepalive_s
         self._record = record
         self._scope_state = scope_state
         # The engine's rid (gateway.middleware makes it); the client's own id, for the engine's
@@ -49,11 +53,11 @@ class ChatRun:
         self._rid: str = scope_state["rid"]
         self._request_id: str = scope_state["request_id"]
         # Hashed here, before anything could log it (gateway.routing.session_key).
-        self._session_key = request_session_key(chat, session_header, state.settings.routing)
-        self._tool_choice = _tool_choice(chat)
+        self._session_key = request_session_key(request, state.settings.routing)
+        self._tool_choice = request.tool_choice
         self._ctx: RequestContext | None = None
         self._replica: Replica | None = None
-        self._relay: ChatRelay | None = None
+        self._relay: Relay | None = None
         self._upstream_sent = False
         self._outcome = Outcome.OK
         self._closed = False
@@ -64,13 +68,21 @@ class ChatRun:
         streaming = False
         try:
             relay = await watcher.run(self._prepare())
-            if self._chat.request.stream:
+            answer = self._answer
+            if self._chat.stream:
                 streaming = True
-                body = partial(relay.stream, include_usage=self._chat.request.include_usage)
-                return SSEResponse(body, watcher, self._client_gone, self._close)
-            result = await watcher.run(relay.collect())
+                body = partial(
+                    relay.stream, encoder=answer.stream_encoder(), keepalive_s=self._keepalive_s
+                )
+                return SSEResponse(
+                    body, watcher, self._client_gone, self._close, headers=answer.headers
+                )
+            collector = answer.collector()
+            finish = await watcher.run(relay.collect(collector))
             self._record.finish(200)
-            return Response(orjson.dumps(result), media_type="application/json")
+            return Response(
+                collector.body(finish), media_type="application/json", headers=answer.headers
+            )
         except ClientDisconnected:
             await self._client_gone()
             return Response(status_code=499)
@@ -83,15 +95,15 @@ class ChatRun:
                 watcher.stop()
                 self._close()
 
-    async def _prepare(self) -> ChatRelay:
+    async def _prepare(self) -> Relay:
         state, chat, record = self._state, self._chat, self._record
         record.mark("queue")
-        prompt = await self._render()
+        prompt = await render_prompt(state, chat)
         record.mark("render")
-        ctx = self._ctx = RequestContext(self._rid, self._session_key, prompt)
         tag = state.settings.model.reasoning_open_tag
         in_reasoning = bool(tag) and prompt.endswith(tag)
-        body = generate_body(chat.request, prompt, self._rid, state.settings)
+        ctx = self._ctx = RequestContext(self._rid, self._session_key, prompt)
+        body = generate_body(chat, prompt, self._rid, state.settings)
         constraint = state.constraint_builder(
             tools=chat.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
         )
@@ -103,14 +115,11 @@ class ChatRun:
         )
         engine = await self._open(ctx, body)
         record.mark("upstream_first_byte")
-        self._relay = ChatRelay(
+        self._relay = Relay(
             engine=engine,
             parser=parser,
             differ=TextDiffer(incremental=state.settings.upstream.incremental_output),
             record=record,
-            completion_id=f"chatcmpl-{self._rid}",
-            created=int(time.time()),
-            model=chat.model,
         )
         return self._relay
 
@@ -141,22 +150,6 @@ class ChatRun:
                 await asyncio.sleep(backoff_s(attempt, settings, rng))
         raise AssertionError("unreachable: the last attempt re-raises")
 
-    async def _render(self) -> str:
-        chat, renderer = self._chat, self._state.renderer
-        offload = self._state.settings.render_offload
-        kwargs = template_kwargs(chat.request)
-        # tool_choice "none": the model is not offered the tools at all, so it cannot call them.
-        tools = None if self._tool_choice == "none" else chat.tools
-        started = time.perf_counter()
-        if len(chat.messages) >= offload.min_messages or chat.body_bytes >= offload.min_bytes:
-            prompt = await asyncio.to_thread(renderer.render, chat.messages, tools, kwargs)
-        else:
-            prompt = renderer.render(chat.messages, tools, kwargs)
-        seconds = time.perf_counter() - started
-        metrics = self._state.metrics
-        metrics.child(metrics.render_seconds, renderer.name).observe(seconds)
-        return prompt
-
     def _take(self, replica: Replica) -> None:
         self._replica = replica
         self._scope_state["replica"] = replica.name
@@ -173,7 +166,7 @@ class ChatRun:
     async def _client_gone(self) -> None:
         self._outcome = Outcome.CLIENT_GONE
         if self._replica is not None and self._upstream_sent:
-            if not self._chat.request.stream:
+            if not self._chat.stream:
                 phase = "non_streaming"
             elif self._relay is None:
                 phase = "queued"
@@ -209,8 +202,28 @@ class ChatRun:
         )
 
 
-def _tool_choice(chat: ChatInput) -> str | dict[str, Any] | None:
-    choice = chat.request.tool_choice
-    if choice is None or isinstance(choice, str):
-        return choice
-    return choice.model_dump()
+async def render_prompt(state: AppState, request: CoreRequest) -> str:
+    """Hop 2: the prompt text for `request` (also what count_tokens counts)."""
+    renderer = state.renderer
+    offload = state.settings.render_offload
+    # tool_choice "none": the model is not offered the tools at all, so it cannot call them.
+    tools = None if request.tool_choice == "none" else request.tools
+    messages, kwargs = request.messages, request.template_kwargs
+    started = time.perf_counter()
+    if len(messages) >= offload.min_messages or request.body_bytes >= offload.min_bytes:
+        prompt = await asyncio.to_thread(renderer.render, messages, tools, kwargs)
+    else:
+        prompt = renderer.render(messages, tools, kwargs)
+    seconds = time.perf_counter() - started
+    metrics = state.metrics
+    metrics.child(metrics.render_seconds, renderer.name).observe(seconds)
+    model = state.settings.model
+    if (
+        not request.thinking
+        and model.reasoning_open_tag
+        and prompt.endswith(model.reasoning_open_tag)
+    ):
+        # Reasoning off: the prompt closes the block, as past turns without reasoning are
+        # rendered, so the model answers at once and the next turn's prompt extends this one.
+        prompt += model.reasoning_close_tag
+    return prompt

@@ -1,14 +1,16 @@
-"""Hops 5 and 6 for one choice: engine events -> parsed deltas -> OpenAI chunks or one message.
+"""Hops 5 and 6 for one answer: engine events -> parsed deltas -> the face's encoder.
 
 The streaming and the one-shot paths share `_on_event`, so a streamed answer and a
-non-streamed one are built from the same deltas.
+non-streamed one are built from the same deltas; the face decides what bytes they become.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+from gateway.core.answer import Collector, Finish, StreamEncoder, Usage
 from gateway.engine_stream import EngineEvent, EngineStream
 from gateway.errors import GatewayError, InvalidRequestError, UpstreamStreamError
 from gateway.observability.timeline import RequestRecord
@@ -18,8 +20,6 @@ from gateway.parsers.base import (
     ParsedDelta,
     ReasoningDelta,
 )
-from gateway.stream import sse
-from gateway.stream.chunks import ChunkBuilder, MessageAccumulator
 from gateway.stream.sse import SendBytes
 from gateway.stream.text_diff import TextDiffer
 
@@ -29,7 +29,7 @@ def error_kind(error: GatewayError) -> str:
     return type(error).__name__.removesuffix("Error").lower() or "gateway"
 
 
-class ChatRelay:
+class Relay:
     def __init__(
         self,
         *,
@@ -37,24 +37,20 @@ class ChatRelay:
         parser: OutputParser,
         differ: TextDiffer,
         record: RequestRecord,
-        completion_id: str,
-        created: int,
-        model: str,
     ) -> None:
         self._engine = engine
         self._parser = parser
         self._differ = differ
         self._record = record
-        self._id = completion_id
-        self._created = created
-        self._model = model
         self._finish: dict[str, Any] | None = None
         self._meta: dict[str, Any] = {}
         self.streamed_tokens = False
         # True when the engine failed mid-answer (for the routing report).
         self.failed = False
         self._scan_firsts = True
-        self._usage: dict[str, Any] | None = None
+        self._usage: Usage | None = None
+        # When the last bytes went to the client (keepalive frames fill long silences).
+        self._last_write = 0.0
 
     # -- shared ---------------------------------------------------------------------------
 
@@ -96,7 +92,7 @@ class ChatRelay:
         parsed = self._parser.feed(text) if text else []
         return parsed + self._parser.finish()
 
-    def _finish_reason(self) -> str:
+    def _finished(self) -> Finish:
         finish = self._finish or {}
         kind = finish.get("type")
         if kind == "abort":
@@ -106,10 +102,13 @@ class ChatRelay:
                 raise InvalidRequestError(f"The engine rejected the request: {message}")
             raise UpstreamStreamError(f"The engine aborted the request: {message}")
         if self._parser.made_tool_calls:
-            return "tool_calls"
-        return "length" if kind == "length" else "stop"
+            reason: Any = "tool_calls"
+        else:
+            reason = "length" if kind == "length" else "stop"
+        matched = finish.get("matched")
+        return Finish(reason, matched if isinstance(matched, str) else None, self.settle())
 
-    def settle(self) -> dict[str, Any]:
+    def settle(self) -> Usage:
         """At the end: token counts into the record, rejected tool calls counted; usage."""
         if self._usage is not None:
             return self._usage
@@ -117,21 +116,15 @@ class ChatRelay:
         for call in self._parser.rejected_tool_calls:
             rejected.labels(reason=call.reason).inc()
         meta, record = self._meta, self._record
-        prompt = _int(meta.get("prompt_tokens"))
-        completion = _int(meta.get("completion_tokens"))
-        cached = _int(meta.get("cached_tokens"))
-        record.prompt_tokens, record.completion_tokens, record.cached_tokens = (
-            prompt,
-            completion,
-            cached,
+        usage = self._usage = Usage(
+            prompt_tokens=_int(meta.get("prompt_tokens")),
+            completion_tokens=_int(meta.get("completion_tokens")),
+            cached_tokens=_int(meta.get("cached_tokens")),
         )
-        self._usage = {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached},
-        }
-        return self._usage
+        record.prompt_tokens = usage.prompt_tokens
+        record.completion_tokens = usage.completion_tokens
+        record.cached_tokens = usage.cached_tokens
+        return usage
 
     @property
     def phase(self) -> str:
@@ -142,69 +135,99 @@ class ChatRelay:
 
     # -- streaming ------------------------------------------------------------------------
 
-    async def stream(self, send: SendBytes, *, include_usage: bool) -> None:
-        """Relay the whole answer as SSE; ends the request's record."""
-        builder = ChunkBuilder(self._id, self._created, self._model)
-        # The role chunk goes out with the first output, as SGLang's own server sends it: one
-        # write and one client wake-up fewer per request. The headers went out already.
-        head = builder.role()
+    async def stream(
+        self, send: SendBytes, *, encoder: StreamEncoder, keepalive_s: float | None = None
+    ) -> None:
+        """Relay the whole answer as SSE; ends the request's record.
+
+        With `keepalive_s` and a face that has a keepalive frame, a task sends one whenever
+        nothing was written for that long (a long prefill, a long silence mid-answer); faces
+        without one (OpenAI) run no task at all.
+        """
+        opening = encoder.start()
+        if opening:
+            await send(opening)
+        self._last_write = time.monotonic()
+        frame = encoder.keepalive() if keepalive_s else None
+        pinger = None
+        if frame is not None and keepalive_s:
+            pinger = asyncio.create_task(self._keepalive(send, frame, keepalive_s))
+        try:
+            await self._stream(send, encoder, pinger)
+        finally:
+            if pinger is not None:
+                pinger.cancel()
+            await self._engine.aclose()
+
+    async def _stream(
+        self, send: SendBytes, encoder: StreamEncoder, pinger: asyncio.Task[None] | None
+    ) -> None:
         try:
             async for event in self._engine.events():
                 parsed = self._on_event(event)
                 if parsed:
-                    await send(head + builder.deltas(parsed))
-                    head = b""
+                    data = encoder.deltas(parsed)
+                    if data:
+                        self._last_write = time.monotonic()
+                        await send(data)
             if self._finish is None:
                 parsed = self._end()
                 if parsed:
-                    await send(head + builder.deltas(parsed))
-                    head = b""
-            tail = builder.finish(self._finish_reason())
-            usage = self.settle()
-            if include_usage:
-                tail += builder.usage(usage)
-            # The end of the response goes out with [DONE], in one write and before the
-            # record is finished: a client that reads to the end (the async openai client
-            # does, to reuse its connection) is done at once.
-            await send(head + tail + sse.DONE, last=True)
+                    data = encoder.deltas(parsed)
+                    if data:
+                        await send(data)
+            tail = encoder.finish(self._finished())
+            await _stop(pinger)
+            # The end of the response goes out with the last event, in one write and before
+            # the record is finished: a client that reads to the end is done at once.
+            await send(tail, last=True)
         except GatewayError as exc:
             self.failed = True
             self.settle()
             self._record.finish(200, error_kind=error_kind(exc))
-            await send(head + sse.error_event(exc) + sse.DONE, last=True)
+            await _stop(pinger)
+            await send(encoder.error(exc), last=True)
         else:
             self._record.finish(200)
-        finally:
-            await self._engine.aclose()
+
+    async def _keepalive(self, send: SendBytes, frame: bytes, interval: float) -> None:
+        while True:
+            quiet = time.monotonic() - self._last_write
+            if quiet < interval:
+                await asyncio.sleep(interval - quiet)
+                continue
+            self._last_write = time.monotonic()
+            try:
+                await send(frame)
+            except OSError:
+                return  # the connection is gone; the relay's own write or the watcher sees it
 
     # -- one-shot -------------------------------------------------------------------------
 
-    async def collect(self) -> dict[str, Any]:
-        """The whole answer as one ChatCompletion; raises GatewayError on engine failure."""
-        message = MessageAccumulator()
+    async def collect(self, collector: Collector) -> Finish:
+        """The whole answer into `collector`; raises GatewayError on engine failure."""
         try:
             async for event in self._engine.events():
-                message.add(self._on_event(event))
+                collector.add(self._on_event(event))
             if self._finish is None:
-                message.add(self._end())
-            reason = self._finish_reason()
+                collector.add(self._end())
+            return self._finished()
         finally:
             await self._engine.aclose()
-        return {
-            "id": self._id,
-            "object": "chat.completion",
-            "created": self._created,
-            "model": self._model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message.message(),
-                    "logprobs": None,
-                    "finish_reason": reason,
-                }
-            ],
-            "usage": self.settle(),
-        }
+
+
+async def _stop(pinger: asyncio.Task[None] | None) -> None:
+    """Ends the keepalive task before the last write, so no frame can follow the end."""
+    if pinger is None or pinger.done():
+        return
+    pinger.cancel()
+    try:
+        await pinger
+    except asyncio.CancelledError:
+        # Ours; but if the request's own task is being cancelled too, that must go on.
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
 
 
 def _int(value: Any) -> int:

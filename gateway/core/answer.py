@@ -1,0 +1,77 @@
+"""What the core hands a face at the end of hop 5, and what a face gives the core for hop 6.
+
+The core parses the engine's output into protocol-neutral deltas (gateway.parsers.base) and
+knows how the answer ended (`Finish`); a face turns both into its wire format: a
+`StreamEncoder` for SSE, a `Collector` for one JSON body. Streamed and one-shot answers are
+built from the same deltas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from gateway.errors import GatewayError
+from gateway.parsers.base import ParsedDelta
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int  # all of the prompt, cached or not
+    completion_tokens: int
+    cached_tokens: int  # served from the engine's prefix cache
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    # "tool_calls" once the parser emitted a call, whatever stopped the engine.
+    reason: Literal["stop", "length", "tool_calls"]
+    # The stop string the engine matched, when it matched one (client's or model's).
+    matched: str | None
+    usage: Usage
+
+
+class StreamEncoder(Protocol):
+    """One request's SSE bytes. Each method returns whole events, ready to send."""
+
+    def start(self) -> bytes:
+        """Sent as soon as the response starts (b"" to send nothing yet)."""
+        ...
+
+    def deltas(self, deltas: list[ParsedDelta]) -> bytes:
+        """The events for parsed output (b"" when there is nothing to send)."""
+        ...
+
+    def finish(self, finish: Finish) -> bytes:
+        """Everything up to the end of the stream."""
+        ...
+
+    def error(self, error: GatewayError) -> bytes:
+        """The engine failed after the response started: the face's error event and its end."""
+        ...
+
+    def keepalive(self) -> bytes | None:
+        """A frame for long silences (prefill), or None when the face sends none."""
+        ...
+
+
+class Collector(Protocol):
+    """One request's non-streamed answer, gathered from the same deltas."""
+
+    def add(self, deltas: list[ParsedDelta]) -> None: ...
+
+    def body(self, finish: Finish) -> bytes:
+        """The JSON body of the answer."""
+        ...
+
+
+class Answer(Protocol):
+    """A face's side of one request: its encoders and the headers its responses carry."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    def stream_encoder(self) -> StreamEncoder: ...
+
+    def collector(self) -> Collector: ...

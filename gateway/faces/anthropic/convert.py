@@ -1,0 +1,391 @@
+"""Hop 1 of the Anthropic Messages face: a validated request -> the core request.
+
+What each field becomes (the choices where GLM-5.3-Flash differs from Claude):
+- `system` (string or text blocks) -> system messages in order; leading blocks that start with a
+  configured prefix (Claude Code's per-conversation attribution block) are dropped, so the shared
+  base prompt stays a shared prefix. `role: "system"` messages render where they stand.
+- user content: `tool_result` blocks -> `tool` messages (first, as Anthropic requires them
+  first), the other blocks -> one user message; `document` (text sources) and `search_result`
+  -> their text. Images wait for the media stage: a clear 400 until then.
+- assistant content: `thinking` blocks -> `reasoning_content`, restored exactly from a
+  signature of ours (else the visible text), `redacted_thinking` only when ours;
+  `tool_use` -> tool calls. A trailing assistant message (prefill) is refused: the model's
+  template always opens a new assistant turn.
+- tools: client tools -> functions (`defer_loading` kept for the template, other extra keys
+  dropped); typed server tools (web_search, ...) are not the engine's to run: dropped, logged.
+- `thinking`: absent, "enabled" or "adaptive" -> the model reasons (GLM always can);
+  "disabled" -> the prompt closes the reasoning block empty, so the answer starts at once.
+  `output_config.effort` -> the template's reasoning effort (low -> Low, medium/high -> High,
+  xhigh/max -> Max); `budget_tokens` has no GLM equivalent and is ignored.
+- `max_tokens` is lowered to the configured ceiling, never refused for being large.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from gateway.core.reasoning_codec import ReasoningCodec
+from gateway.core.request import CoreRequest, Sampling, SessionHints, ToolChoice
+from gateway.errors import InvalidRequestError
+from gateway.faces.anthropic.protocol import (
+    Block,
+    CountTokensRequest,
+    DocumentBlock,
+    ImageBlock,
+    Message,
+    MessagesRequest,
+    RedactedThinkingBlock,
+    SearchResultBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolResultPart,
+    ToolUseBlock,
+)
+from gateway.settings import Settings
+
+log = logging.getLogger("gateway.faces.anthropic")
+
+API = "anthropic"
+
+_EFFORT = {"low": "low", "medium": "high", "high": "high", "xhigh": "max", "max": "max"}
+
+
+class Headers:
+    """The request headers this face reads (raw ASGI names, first value wins)."""
+
+    WANTED = (
+        b"authorization",
+        b"x-api-key",
+        b"content-length",
+        b"x-session-id",
+        b"x-claude-code-session-id",
+        b"x-claude-code-agent-id",
+    )
+
+    def __init__(self, scope_headers: Sequence[tuple[bytes, bytes]]) -> None:
+        found: dict[bytes, str] = {}
+        for name, value in scope_headers:
+            if name in self.WANTED and name not in found:
+                found[name] = value.decode("latin-1")
+        self._found = found
+
+    def get(self, name: bytes) -> str | None:
+        return self._found.get(name)
+
+
+def _images_unsupported(where: str) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"{where}: image blocks are not supported by this server yet; send text only.",
+        param=where,
+    )
+
+
+def _document_text(block: DocumentBlock, where: str) -> str:
+    source = block.source
+    if source.get("type") == "text" and isinstance(source.get("data"), str):
+        return str(source["data"])
+    if source.get("type") == "content" and isinstance(source.get("content"), list):
+        return "".join(
+            str(part.get("text", "")) for part in source["content"] if isinstance(part, dict)
+        )
+    raise InvalidRequestError(
+        f"{where}: only documents with a text source can be read here "
+        f"(got source type {source.get('type')!r}); send the text instead.",
+        param=where,
+    )
+
+
+def _search_text(block: SearchResultBlock) -> str:
+    body = "\n".join(part.text for part in block.content)
+    head = "\n".join(part for part in (block.title, block.source) if part)
+    return f"{head}\n{body}" if head else body
+
+
+def _text_part(block: TextBlock | DocumentBlock | SearchResultBlock, where: str) -> dict[str, str]:
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, DocumentBlock):
+        return {"type": "text", "text": _document_text(block, where)}
+    return {"type": "text", "text": _search_text(block)}
+
+
+def _tool_result_content(block: ToolResultBlock, where: str) -> Any:
+    content = block.content
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if content and all(part.type == "tool_reference" for part in content):
+        # The template expands these into the referenced tools' definitions.
+        return [{"type": "tool_reference", "name": part.tool_name} for part in content]  # type: ignore[union-attr]
+    parts: list[dict[str, str]] = []
+    for i, part in enumerate(content):
+        here = f"{where}.content.{i}"
+        parts.append(_result_part(part, here))
+    return parts
+
+
+def _result_part(part: ToolResultPart, where: str) -> dict[str, str]:
+    if isinstance(part, ImageBlock):
+        raise _images_unsupported(where)
+    if part.type == "tool_reference":
+        raise InvalidRequestError(
+            f"{where}: tool_reference blocks cannot be mixed with other blocks in one "
+            "tool_result; send them in a tool_result of their own.",
+            param=where,
+        )
+    return _text_part(part, where)
+
+
+class _Converter:
+    def __init__(self, codec: ReasoningCodec, drop_system_prefixes: Sequence[str]) -> None:
+        self._codec = codec
+        self._drop = tuple(drop_system_prefixes)
+        self.out: list[dict[str, Any]] = []
+
+    def system(self, system: str | list[TextBlock] | None) -> None:
+        if system is None:
+            return
+        texts = [system] if isinstance(system, str) else [block.text for block in system]
+        while texts and self._drop and texts[0].startswith(self._drop):
+            texts.pop(0)
+        self.out.extend({"role": "system", "content": text} for text in texts)
+
+    def message(self, message: Message, index: int) -> None:
+        where = f"messages.{index}.content"
+        content = message.content
+        if message.role == "system":
+            self.out.append({"role": "system", "content": self._plain(content, where)})
+        elif message.role == "user":
+            self._user(content, where)
+        else:
+            self._assistant(content, where)
+
+    def _plain(self, content: str | list[Block], where: str) -> Any:
+        if isinstance(content, str):
+            return content
+        parts = []
+        for i, block in enumerate(content):
+            here = f"{where}.{i}"
+            if isinstance(block, TextBlock | DocumentBlock | SearchResultBlock):
+                parts.append(_text_part(block, here))
+            elif isinstance(block, ImageBlock):
+                raise _images_unsupported(here)
+            else:
+                raise InvalidRequestError(
+                    f"{here}: a {block.type} block cannot appear in a system message.",
+                    param=here,
+                )
+        return parts
+
+    def _user(self, content: str | list[Block], where: str) -> None:
+        if isinstance(content, str):
+            self.out.append({"role": "user", "content": content})
+            return
+        rest: list[Block] = []
+        for i, block in enumerate(content):
+            if isinstance(block, ToolResultBlock):
+                here = f"{where}.{i}"
+                self.out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": block.tool_use_id,
+                        "content": _tool_result_content(block, here),
+                    }
+                )
+            elif isinstance(block, ThinkingBlock | RedactedThinkingBlock | ToolUseBlock):
+                here = f"{where}.{i}"
+                raise InvalidRequestError(
+                    f"{here}: a {block.type} block belongs in an assistant message.", param=here
+                )
+            else:
+                rest.append(block)
+        if rest or not content:
+            self.out.append({"role": "user", "content": self._plain(rest, where)})
+
+    def _assistant(self, content: str | list[Block], where: str) -> None:
+        if isinstance(content, str):
+            self.out.append({"role": "assistant", "content": content})
+            return
+        reasoning: list[str] = []
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for i, block in enumerate(content):
+            here = f"{where}.{i}"
+            if isinstance(block, ThinkingBlock):
+                restored = self._codec.decode(block.signature)
+                reasoning.append(block.thinking if restored is None else restored)
+            elif isinstance(block, RedactedThinkingBlock):
+                restored = self._codec.decode(block.data)
+                if restored is not None:
+                    reasoning.append(restored)
+                else:
+                    log.debug("%s: a redacted_thinking block not made here is left out", here)
+            elif isinstance(block, TextBlock):
+                texts.append(block.text)
+            elif isinstance(block, ToolUseBlock):
+                arguments = block.input if isinstance(block.input, dict) else {"value": block.input}
+                calls.append(
+                    {
+                        "id": block.id,
+                        "type": "function",
+                        "function": {"name": block.name, "arguments": arguments},
+                    }
+                )
+            else:
+                raise InvalidRequestError(
+                    f"{here}: a {block.type} block cannot appear in an assistant message.",
+                    param=here,
+                )
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+        if reasoning:
+            message["reasoning_content"] = "".join(reasoning)
+        if calls:
+            message["tool_calls"] = calls
+        self.out.append(message)
+
+
+def convert_messages(
+    request: MessagesRequest | CountTokensRequest, codec: ReasoningCodec, settings: Settings
+) -> list[dict[str, Any]]:
+    converter = _Converter(codec, settings.anthropic.drop_system_prefixes)
+    converter.system(request.system)
+    for index, message in enumerate(request.messages):
+        converter.message(message, index)
+    if request.messages[-1].role == "assistant":
+        raise InvalidRequestError(
+            "The last message is from the assistant: continuing a prefilled assistant turn is "
+            "not supported here; end the conversation with a user message.",
+            param="messages",
+        )
+    return converter.out
+
+
+def convert_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    out: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools):
+        kind = tool.get("type")
+        if "input_schema" not in tool and kind not in (None, "custom"):
+            log.info("tools.%d: server tool %r dropped (the engine cannot run it)", i, kind)
+            continue
+        name, schema = tool.get("name"), tool.get("input_schema")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequestError(f"tools.{i}.name: a tool needs a name.", param=f"tools.{i}")
+        if not isinstance(schema, dict):
+            raise InvalidRequestError(
+                f"tools.{i}.input_schema: a tool needs a JSON schema object.",
+                param=f"tools.{i}.input_schema",
+            )
+        function: dict[str, Any] = {"name": name}
+        description = tool.get("description")
+        if isinstance(description, str):
+            function["description"] = description
+        function["parameters"] = schema
+        if tool.get("defer_loading") is True:
+            function["defer_loading"] = True  # the template lists it only once referenced
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def convert_tool_choice(request: MessagesRequest | CountTokensRequest) -> ToolChoice:
+    choice = request.tool_choice
+    if choice is None or choice.type == "auto":
+        return "auto" if request.tools else None
+    if choice.type == "none":
+        return "none"
+    if choice.type == "any":
+        return "required"
+    if not choice.name:
+        raise InvalidRequestError(
+            "tool_choice.name: a tool_choice of type 'tool' needs the tool's name.",
+            param="tool_choice.name",
+        )
+    return {"type": "function", "function": {"name": choice.name}}
+
+
+def template_kwargs(request: MessagesRequest | CountTokensRequest) -> dict[str, Any]:
+    config = request.output_config
+    effort = _EFFORT.get(config.effort or "") if config is not None else None
+    return {"reasoning_effort": effort} if effort else {}
+
+
+def thinking_on(request: MessagesRequest | CountTokensRequest) -> bool:
+    return request.thinking is None or request.thinking.type != "disabled"
+
+
+def _session_from_user_id(user_id: str | None) -> str | None:
+    """Claude Code's metadata.user_id: a JSON string with session_id (since 2.1.78), or the
+    older `user_<hash>_account_<id>_session_<uuid>`."""
+    if not user_id:
+        return None
+    if user_id.startswith("{"):
+        try:
+            value = orjson.loads(user_id)
+        except orjson.JSONDecodeError:
+            return None
+        session = value.get("session_id") if isinstance(value, dict) else None
+        return session if isinstance(session, str) and session else None
+    _, found, session = user_id.rpartition("_session_")
+    return session if found and session else None
+
+
+def session_hints(request: MessagesRequest, headers: Headers) -> SessionHints:
+    user_id = request.metadata.user_id if request.metadata is not None else None
+    header = (
+        headers.get(b"x-claude-code-session-id")
+        or headers.get(b"x-session-id")
+        or _session_from_user_id(user_id)
+    )
+    body: Mapping[str, Any] = (
+        {"metadata": request.metadata.model_dump()} if request.metadata else {}
+    )
+    return SessionHints(
+        header=header, body=body, conversation=headers.get(b"x-claude-code-agent-id")
+    )
+
+
+def to_core(
+    request: MessagesRequest,
+    *,
+    codec: ReasoningCodec,
+    settings: Settings,
+    headers: Headers,
+    body_bytes: int,
+    custom_params: Any,
+) -> CoreRequest:
+    config = request.output_config
+    fmt = config.format if config is not None else None
+    schema = None
+    if fmt is not None and fmt.type == "json_schema":
+        schema = orjson.dumps(fmt.schema_ or {"type": "object"}).decode()
+    stops = tuple(request.stop_sequences or ())
+    max_tokens = max(1, min(request.max_tokens, settings.limits.max_tokens))
+    return CoreRequest(
+        api=API,
+        model=request.model,
+        messages=convert_messages(request, codec, settings),
+        tools=convert_tools(request.tools),
+        tool_choice=convert_tool_choice(request),
+        template_kwargs=template_kwargs(request),
+        sampling=Sampling(
+            max_tokens=max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            top_k=request.top_k,
+            stop=stops,
+            json_schema=schema,
+        ),
+        stream=request.stream,
+        session=session_hints(request, headers),
+        body_bytes=body_bytes,
+        thinking=thinking_on(request),
+        clamp_max_tokens=True,
+        custom_params=custom_params,
+    )

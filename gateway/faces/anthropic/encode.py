@@ -1,0 +1,314 @@
+"""Hop 6 of the Anthropic Messages face: content blocks from the core's deltas, as SSE events
+or as one message.
+
+`BlockWriter` is the one state machine both paths share, so a streamed answer and a
+non-streamed one have the same blocks: each block opens with its real type, indices are
+contiguous from 0, blocks never interleave, a thinking block closes with one signature_delta
+that carries its reasoning (gateway.core.reasoning_codec), text that is only whitespace never
+becomes a block, and stop_reason is "tool_use" exactly when a tool_use block was sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.core.answer import Finish
+from gateway.core.reasoning_codec import ReasoningCodec
+from gateway.errors import GatewayError
+from gateway.faces.anthropic.errors import error_type
+from gateway.parsers.base import (
+    ContentDelta,
+    ParsedDelta,
+    ReasoningDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStart,
+)
+
+_THINKING, _TEXT, _TOOL = "thinking", "text", "tool_use"
+
+
+def sse(kind: bytes, obj: Any) -> bytes:
+    return b"event: " + kind + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+
+
+def tool_use_id(call_id: str) -> str:
+    """Anthropic-style id for a parser call id ("call_<hex>" -> "toolu_<hex>")."""
+    return "toolu_" + call_id.removeprefix("call_")
+
+
+class BlockWriter:
+    """Parsed deltas -> content-block events (dicts in Anthropic's wire shape), in order."""
+
+    def __init__(self, codec: ReasoningCodec) -> None:
+        self._codec = codec
+        self.index = -1
+        self._open: str | None = None
+        self._reasoning: list[str] = []
+        # Text that is only whitespace so far: sent with the first visible character.
+        self._held = ""
+        self.made_tool_use = False
+
+    def feed(self, deltas: list[ParsedDelta]) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        for delta in deltas:
+            if type(delta) is ContentDelta:
+                self._text(delta.text, events)
+            elif type(delta) is ReasoningDelta:
+                if not delta.text:
+                    continue
+                if self._open != _THINKING:
+                    self._start(events, {"type": _THINKING, "thinking": "", "signature": ""})
+                self._reasoning.append(delta.text)
+                events.append(self._delta({"type": "thinking_delta", "thinking": delta.text}))
+            elif type(delta) is ToolCallStart:
+                self.made_tool_use = True
+                block = {"type": _TOOL, "id": tool_use_id(delta.id), "name": delta.name}
+                self._start(events, {**block, "input": {}})
+            elif type(delta) is ToolCallArgumentsDelta and self._open == _TOOL:
+                if not delta.fragment:
+                    continue
+                last = events[-1] if events else None
+                if last is not None and last["type"] == "content_block_delta":
+                    inner = last["delta"]
+                    if inner["type"] == "input_json_delta":
+                        # One event's fragments as one delta: each is still a JSON prefix.
+                        inner["partial_json"] += delta.fragment
+                        continue
+                events.append(
+                    self._delta({"type": "input_json_delta", "partial_json": delta.fragment})
+                )
+        return events
+
+    def _text(self, text: str, events: list[dict[str, Any]]) -> None:
+        if self._open != _TEXT:
+            pending = self._held + text
+            if not pending.strip():
+                self._held = pending
+                return
+            self._held = ""
+            self._start(events, {"type": _TEXT, "text": ""})
+            text = pending
+        if text:
+            events.append(self._delta({"type": "text_delta", "text": text}))
+
+    def _delta(self, inner: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "content_block_delta", "index": self.index, "delta": inner}
+
+    def _start(self, events: list[dict[str, Any]], block: dict[str, Any]) -> None:
+        self._close(events)
+        self.index += 1
+        self._open = block["type"]
+        events.append({"type": "content_block_start", "index": self.index, "content_block": block})
+
+    def _close(self, events: list[dict[str, Any]]) -> None:
+        if self._open is None:
+            return
+        if self._open == _THINKING:
+            signature = self._codec.encode("".join(self._reasoning))
+            self._reasoning.clear()
+            events.append(self._delta({"type": "signature_delta", "signature": signature}))
+        events.append({"type": "content_block_stop", "index": self.index})
+        self._open = None
+        self._held = ""
+
+    def close(self) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        self._close(events)
+        return events
+
+
+def stop_reason(finish: Finish, made_tool_use: bool, stops: tuple[str, ...]) -> tuple[str, Any]:
+    """(stop_reason, stop_sequence): derived from the blocks sent, never from the engine alone."""
+    if made_tool_use:
+        return "tool_use", None
+    if finish.reason == "length":
+        return "max_tokens", None
+    if finish.matched is not None and finish.matched in stops:
+        return "stop_sequence", finish.matched
+    return "end_turn", None
+
+
+def usage_body(finish: Finish) -> dict[str, int]:
+    """Anthropic's split: input_tokens excludes what the prefix cache served."""
+    usage = finish.usage
+    return {
+        "input_tokens": max(usage.prompt_tokens - usage.cached_tokens, 0),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": usage.cached_tokens,
+        "output_tokens": usage.completion_tokens,
+    }
+
+
+def error_event(error: GatewayError) -> bytes:
+    return sse(
+        b"error",
+        {"type": "error", "error": {"type": error_type(error), "message": error.message}},
+    )
+
+
+_PING = sse(b"ping", {"type": "ping"})
+_START = b"content_block_start"
+_DELTA = b"content_block_delta"
+_STOP = b"content_block_stop"
+_KINDS = {"content_block_start": _START, "content_block_delta": _DELTA, "content_block_stop": _STOP}
+
+
+class MessageStream:
+    """The face's StreamEncoder: message_start at once, blocks, one message_delta, message_stop."""
+
+    def __init__(self, message_id: str, model: str, codec: ReasoningCodec, stops: tuple[str, ...]):
+        self._id = message_id
+        self._model = model
+        self._writer = BlockWriter(codec)
+        self._stops = stops
+        # A text delta for the open block, all but the text encoded once.
+        self._text_head = b""
+        self._text_index = -2
+
+    def start(self) -> bytes:
+        message: dict[str, Any] = {
+            "id": self._id,
+            "type": "message",
+            "role": "assistant",
+            "model": self._model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            # The engine's counts arrive with the answer: message_delta carries them.
+            "usage": {
+                "input_tokens": 0,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+                "output_tokens": 0,
+            },
+        }
+        return sse(b"message_start", {"type": "message_start", "message": message})
+
+    def keepalive(self) -> bytes | None:
+        return _PING
+
+    def deltas(self, deltas: list[ParsedDelta]) -> bytes:
+        writer = self._writer
+        if len(deltas) == 1 and type(deltas[0]) is ContentDelta and writer._open == _TEXT:
+            # The usual event: more text for the open text block.
+            text = deltas[0].text
+            if not text:
+                return b""
+            if self._text_index != writer.index:
+                self._text_index = writer.index
+                self._text_head = (
+                    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+                    + str(writer.index).encode()
+                    + b',"delta":{"type":"text_delta","text":'
+                )
+            return self._text_head + orjson.dumps(text) + b"}}\n\n"
+        return self._encode(writer.feed(deltas))
+
+    @staticmethod
+    def _encode(events: list[dict[str, Any]]) -> bytes:
+        return b"".join(sse(_KINDS[event["type"]], event) for event in events)
+
+    def finish(self, finish: Finish) -> bytes:
+        writer = self._writer
+        out = self._encode(writer.close())
+        reason, sequence = stop_reason(finish, writer.made_tool_use, self._stops)
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": sequence},
+            "usage": usage_body(finish),
+        }
+        return out + sse(b"message_delta", delta) + sse(b"message_stop", {"type": "message_stop"})
+
+    def error(self, error: GatewayError) -> bytes:
+        return error_event(error)
+
+
+class MessageCollector:
+    """The face's Collector: the same blocks, gathered into one message."""
+
+    def __init__(self, message_id: str, model: str, codec: ReasoningCodec, stops: tuple[str, ...]):
+        self._id = message_id
+        self._model = model
+        self._writer = BlockWriter(codec)
+        self._stops = stops
+        self._blocks: list[dict[str, Any]] = []
+        self._json: dict[int, list[str]] = {}
+
+    def add(self, deltas: list[ParsedDelta]) -> None:
+        self._apply(self._writer.feed(deltas))
+
+    def _apply(self, events: list[dict[str, Any]]) -> None:
+        blocks = self._blocks
+        for event in events:
+            kind = event["type"]
+            if kind == "content_block_start":
+                blocks.append(dict(event["content_block"]))
+                continue
+            if kind != "content_block_delta":
+                continue
+            block, inner = blocks[event["index"]], event["delta"]
+            if inner["type"] == "text_delta":
+                block["text"] += inner["text"]
+            elif inner["type"] == "thinking_delta":
+                block["thinking"] += inner["thinking"]
+            elif inner["type"] == "signature_delta":
+                block["signature"] = inner["signature"]
+            elif inner["type"] == "input_json_delta":
+                self._json.setdefault(event["index"], []).append(inner["partial_json"])
+
+    def body(self, finish: Finish) -> bytes:
+        writer = self._writer
+        self._apply(writer.close())
+        for index, parts in self._json.items():
+            self._blocks[index]["input"] = _object("".join(parts))
+        reason, sequence = stop_reason(finish, writer.made_tool_use, self._stops)
+        return orjson.dumps(
+            {
+                "id": self._id,
+                "type": "message",
+                "role": "assistant",
+                "model": self._model,
+                "content": self._blocks,
+                "stop_reason": reason,
+                "stop_sequence": sequence,
+                "usage": usage_body(finish),
+            }
+        )
+
+
+def _object(text: str) -> dict[str, Any]:
+    # The parser's fragments always join into one JSON object; anything else would be a bug
+    # there, and an object is what every client expects.
+    value = orjson.loads(text) if text else {}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+class MessagesAnswer:
+    """One Messages request's encoders (gateway.core.answer.Answer)."""
+
+    def __init__(
+        self,
+        rid: str,
+        model: str,
+        codec: ReasoningCodec,
+        stops: tuple[str, ...],
+        headers: Mapping[str, str],
+    ) -> None:
+        self._id = "msg_" + rid
+        self._model = model
+        self._codec = codec
+        self._stops = stops
+        self._headers = headers
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._headers
+
+    def stream_encoder(self) -> MessageStream:
+        return MessageStream(self._id, self._model, self._codec, self._stops)
+
+    def collector(self) -> MessageCollector:
+        return MessageCollector(self._id, self._model, self._codec, self._stops)

@@ -1,0 +1,158 @@
+"""The Anthropic Messages face's HTTP surface: POST /v1/messages (Claude Code adds
+`?beta=true`), POST /v1/messages/count_tokens, and HEAD/GET /api/hello (Claude Code's
+connection probe). Hop 1 here, the rest in the core's Run.
+
+Like the OpenAI chat route, the two POSTs are bare ASGI apps that gateway.app.GatewayApp calls
+past FastAPI's layers; every answer, errors included, is in Anthropic's shape with a
+`request-id` header.
+"""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter
+from pydantic import ValidationError
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.core.request import CoreRequest, Sampling, SessionHints
+from gateway.core.run import Run, render_prompt
+from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError, NoReplicaError
+from gateway.faces.anthropic.convert import (
+    API,
+    Headers,
+    convert_messages,
+    convert_tool_choice,
+    convert_tools,
+    template_kwargs,
+    thinking_on,
+    to_core,
+)
+from gateway.faces.anthropic.encode import MessagesAnswer
+from gateway.faces.anthropic.errors import error_response
+from gateway.faces.anthropic.protocol import CountTokensRequest, MessagesRequest
+from gateway.faces.openai_chat.input import (
+    check_counts,
+    load_json_body,
+    read_body,
+    validation_message,
+)
+from gateway.state import AppState
+
+router = APIRouter()
+
+
+def _validated(model: type[MessagesRequest | CountTokensRequest], raw: dict[str, object]) -> object:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        text, param = validation_message(exc)
+        raise InvalidRequestError(text, param=param, code="invalid_value") from exc
+
+
+async def _read(
+    state: AppState, headers: Headers, receive: Receive
+) -> tuple[dict[str, object], int]:
+    state.auth.check(headers.get(b"authorization"), headers.get(b"x-api-key"))
+    limits = state.settings.limits
+    body = await read_body(receive, headers.get(b"content-length"), limits.max_body_bytes)
+    raw = load_json_body(body, limits)
+    check_counts(raw, limits)
+    return raw, len(body)
+
+
+async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
+    scope_state = scope["state"]
+    headers = Headers(scope["headers"])
+    model = "unknown"
+    try:
+        raw, size = await _read(state, headers, receive)
+        request = _validated(MessagesRequest, raw)
+        assert isinstance(request, MessagesRequest)
+        settings = state.settings
+        extra = request.model_extra or {}
+        core = to_core(
+            request,
+            codec=state.reasoning_codec,
+            settings=settings,
+            headers=headers,
+            body_bytes=size,
+            custom_params=extra.get("custom_params"),
+        )
+        # Any model name is served by the served model (Claude Code asks for claude-* ids for
+        # subagents): the metrics count it under the served name, the answer echoes the ask.
+        model = settings.model.served_names[0]
+        record = state.admit(model, scope_state["arrival"], API)
+    except GatewayError as exc:
+        state.refused(model, exc, API)
+        raise
+    except ClientDisconnected:
+        state.metrics.requests.labels(model=model, code="499", api=API).inc()
+        raise
+    answer = MessagesAnswer(
+        scope_state["rid"],
+        request.model,
+        state.reasoning_codec,
+        core.sampling.stop,
+        {"request-id": scope_state["request_id"]},
+    )
+    run = Run(state, core, answer, record, scope_state, keepalive_s=settings.anthropic.keepalive_s)
+    return await run.respond(receive)
+
+
+async def serve_messages(scope: Scope, receive: Receive, send: Send) -> None:
+    """POST /v1/messages as a bare ASGI app."""
+    try:
+        response = await _respond(scope["app"].state.flashbox, scope, receive)
+    except GatewayError as exc:
+        response = error_response(exc, scope["state"]["request_id"])
+    except ClientDisconnected:
+        return
+    await response(scope, receive, send)
+
+
+async def _count(state: AppState, scope: Scope, receive: Receive) -> Response:
+    headers = Headers(scope["headers"])
+    raw, size = await _read(state, headers, receive)
+    request = _validated(CountTokensRequest, raw)
+    assert isinstance(request, CountTokensRequest)
+    core = CoreRequest(
+        api=API,
+        model=request.model,
+        messages=convert_messages(request, state.reasoning_codec, state.settings),
+        tools=convert_tools(request.tools),
+        tool_choice=convert_tool_choice(request),
+        template_kwargs=template_kwargs(request),
+        sampling=Sampling(),
+        stream=False,
+        session=SessionHints(),
+        body_bytes=size,
+        thinking=thinking_on(request),
+    )
+    prompt = await render_prompt(state, core)
+    replica = next((r for r in state.picker.replicas if r.healthy), None)
+    if replica is None:
+        raise NoReplicaError("No engine replica is up to count tokens; retry shortly.")
+    count = await state.engine.count_prompt_tokens(replica, prompt)
+    return Response(
+        orjson.dumps({"input_tokens": count}),
+        media_type="application/json",
+        headers={"request-id": scope["state"]["request_id"]},
+    )
+
+
+async def serve_count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
+    """POST /v1/messages/count_tokens: the rendered prompt's exact token count, from the engine."""
+    try:
+        response = await _count(scope["app"].state.flashbox, scope, receive)
+    except GatewayError as exc:
+        response = error_response(exc, scope["state"]["request_id"])
+    except ClientDisconnected:
+        return
+    await response(scope, receive, send)
+
+
+@router.api_route("/api/hello", methods=["GET", "HEAD"])
+async def hello() -> Response:
+    """Claude Code's connection-warming probe: answered at once, no auth, no work."""
+    return Response(status_code=200)
