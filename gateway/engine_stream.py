@@ -16,7 +16,7 @@ import httpx
 import orjson
 
 from gateway.engine_wire import WireError, WireReadTimeout, WireResponse
-from gateway.errors import UpstreamStreamError, UpstreamTimeoutError
+from gateway.errors import UpstreamStreamError, UpstreamTimeoutError, context_error
 
 
 @dataclass(slots=True)
@@ -266,7 +266,10 @@ class EngineStream:
         error = obj.get("error")
         if error is not None:
             message = error.get("message") if isinstance(error, dict) else str(error)
-            raise UpstreamStreamError(f"The engine reported an error: {message}")
+            # SGLang refuses a prompt that does not fit in-stream, before any output.
+            raise context_error(str(message)) or UpstreamStreamError(
+                f"The engine reported an error: {message}"
+            )
         text = obj.get("text")
         meta = obj.get("meta_info")
         return EngineEvent(

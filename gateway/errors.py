@@ -7,6 +7,7 @@ client's fault and their message says what to fix; 5xx classes are ours or the e
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -53,6 +54,59 @@ class TemplateInputError(InvalidRequestError):
     """The chat template rejected the conversation (raise_exception, bad types, bad ids)."""
 
     default_code = "invalid_template_input"
+
+
+class ContextLengthError(InvalidRequestError):
+    """The prompt (with the output it asks for) does not fit in the engine's context.
+
+    Faces word it their own way: Claude Code compacts a conversation on Anthropic's
+    "prompt is too long: N tokens > M maximum".
+    """
+
+    default_code = "context_length_exceeded"
+
+    def __init__(
+        self,
+        prompt_tokens: int,
+        context_length: int,
+        message: str | None = None,
+        *,
+        output_tokens: int | None = None,
+    ) -> None:
+        super().__init__(
+            message
+            or f"The prompt has {prompt_tokens} tokens; this model's context is "
+            f"{context_length} tokens. Shorten the conversation.",
+            param="messages",
+        )
+        self.prompt_tokens = prompt_tokens
+        self.context_length = context_length
+        # Set when the prompt fits but not with the output it asked for.
+        self.output_tokens = output_tokens
+
+
+# The engine's refusals of a prompt that does not fit (sglang-kt 0.7.2's
+# tokenizer_manager._validate_one_request wording; the simulator uses the same).
+_INPUT_TOO_LONG = re.compile(
+    r"input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens"
+)
+_TOTAL_TOO_LONG = re.compile(
+    r"maximum context length of (\d+) tokens\. You requested a total of \d+ tokens: "
+    r"(\d+) tokens from the input messages and (\d+) tokens"
+)
+
+
+def context_error(engine_message: str) -> ContextLengthError | None:
+    """The engine's message as a ContextLengthError, when it is one of its context refusals."""
+    message = f"The engine rejected the request: {engine_message}"
+    found = _INPUT_TOO_LONG.search(engine_message)
+    if found:
+        return ContextLengthError(int(found.group(1)), int(found.group(2)), message)
+    found = _TOTAL_TOO_LONG.search(engine_message)
+    if not found:
+        return None
+    context, prompt, output = (int(group) for group in found.groups())
+    return ContextLengthError(prompt, context, message, output_tokens=output)
 
 
 class AuthenticationError(GatewayError):

@@ -30,6 +30,7 @@ from gateway.errors import (
     NoReplicaError,
     UpstreamError,
     UpstreamTimeoutError,
+    context_error,
 )
 from gateway.routing.replica import Replica
 from gateway.settings import TimeoutSettings, UpstreamSettings
@@ -182,7 +183,9 @@ class EngineClient:
         status = response.status_code
         if status in (400, 413, 422):
             # The engine refused the input itself (prompt longer than the context, bad schema).
-            return InvalidRequestError(f"The engine rejected the request: {detail}")
+            return context_error(detail) or InvalidRequestError(
+                f"The engine rejected the request: {detail}"
+            )
         if status == 503:
             return NoReplicaError(f"The engine is not ready: {detail}", code="engine_unavailable")
         return UpstreamError(f"The engine answered {status}: {detail}")

@@ -76,11 +76,23 @@ class SimEngine:
             prompt = from_ids(params.input_ids)
         else:
             prompt = self.tokenize(params.text or "")
-        if prompt.count >= profile.context_length:
+        context = profile.context_length
+        if prompt.count >= context:
+            # SGLang's wording (tokenizer_manager._validate_one_request in sglang-kt 0.7.2).
             raise SimRequestError(
-                f"the prompt has {prompt.count} tokens; the context length is "
-                f"{profile.context_length}",
+                f"The input ({prompt.count} tokens) is longer than the model's context length "
+                f"({context} tokens).",
                 "text",
+            )
+        if prompt.count + params.max_new_tokens >= context:
+            total = prompt.count + params.max_new_tokens
+            raise SimRequestError(
+                "Requested token count exceeds the model's maximum context length of "
+                f"{context} tokens. You requested a total of {total} tokens: {prompt.count} "
+                f"tokens from the input messages and {params.max_new_tokens} tokens for the "
+                "completion. Please reduce the number of tokens in the input messages or the "
+                "completion to fit within the limit.",
+                "sampling_params.max_new_tokens",
             )
         rng = self._rng(params, prompt)
         o = params.sim

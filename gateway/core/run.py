@@ -22,13 +22,15 @@ from gateway.core.relay import Relay, error_kind
 from gateway.core.request import CoreRequest
 from gateway.core.retry import backoff_s, classify_failure, request_session_key
 from gateway.engine_stream import EngineStream
-from gateway.errors import ClientDisconnected, GatewayError
+from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError
 from gateway.observability.timeline import RequestRecord
 from gateway.routing import Outcome, Replica, RequestContext
 from gateway.sampling import add_constraint, generate_body
 from gateway.state import AppState
 from gateway.stream.response import DisconnectWatcher, SSEResponse
 from gateway.stream.text_diff import TextDiffer
+
+_SPECIAL_TOKENS_MARGIN = 64
 
 
 class Run:
@@ -104,6 +106,8 @@ class Run:
         in_reasoning = bool(tag) and prompt.endswith(tag)
         ctx = self._ctx = RequestContext(self._rid, self._session_key, prompt)
         body = generate_body(chat, prompt, self._rid, state.settings)
+        if chat.clamp_max_tokens:
+            await self._fit_output(prompt, body["sampling_params"])
         constraint = state.constraint_builder(
             tools=chat.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
         )
@@ -122,6 +126,31 @@ class Run:
             record=record,
         )
         return self._relay
+
+    async def _fit_output(self, prompt: str, params: dict[str, Any]) -> None:
+        """Lower max_new_tokens to what fits in the engine's context (SGLang refuses a prompt
+        plus max_new_tokens past its context, and its auto-truncation would cut the prompt).
+
+        A prompt has at most as many tokens as UTF-8 bytes, so only a prompt whose bytes and
+        max_new_tokens reach the context costs a /tokenize call (milliseconds, next to the
+        minutes such a prompt's prefill takes); a prompt that does not fit is a
+        ContextLengthError, which faces word as their clients expect.
+        """
+        replicas = [r for r in self._state.picker.replicas if r.healthy]
+        known = [r for r in replicas if r.context_length]
+        if not known:
+            return  # the engine's own check answers (a 400, or an error event mid-stream)
+        replica = min(known, key=lambda r: r.context_length or 0)
+        context = replica.context_length or 0
+        # Margin for special tokens the engine's tokenizer may add to the text's own.
+        wanted = int(params["max_new_tokens"]) + _SPECIAL_TOKENS_MARGIN
+        if len(prompt) * 4 + wanted < context or len(prompt.encode()) + wanted < context:
+            return
+        wanted -= _SPECIAL_TOKENS_MARGIN
+        tokens = await self._state.engine.count_prompt_tokens(replica, prompt)
+        if tokens >= context:
+            raise ContextLengthError(tokens, context)
+        params["max_new_tokens"] = min(wanted, context - tokens - 1)
 
     async def _open(self, ctx: RequestContext, body: dict[str, Any]) -> EngineStream:
         """Route and send /generate. Nothing has reached the client yet, so a connect error or

@@ -92,6 +92,7 @@ class HealthProber:
         replica.checkpoint_slots = _positive(info.get("max_mamba_cache_size"))
         replica.track_interval = _positive(info.get("mamba_track_interval"))
         replica.max_running_requests = _positive(info.get("max_running_requests"))
+        replica.context_length = _positive(info.get("context_length"))
 
     def record(self, replica: Replica, ok: bool, *, refused: bool = False) -> None:
         was = replica.healthy

@@ -20,6 +20,8 @@ class Replica:
     checkpoint_slots: int | None = None
     track_interval: int | None = None
     max_running_requests: int | None = None
+    # The engine's context length in tokens (prompt + output must stay below it).
+    context_length: int | None = None
     info_loaded: bool = field(default=False, repr=False)
     # Since when /health has failed while requests were open here (a long prefill); None: not.
     busy_since: float | None = field(default=None, repr=False)

@@ -42,8 +42,11 @@ def tool_use_id(call_id: str) -> str:
 class BlockWriter:
     """Parsed deltas -> content-block events (dicts in Anthropic's wire shape), in order."""
 
-    def __init__(self, codec: ReasoningCodec) -> None:
+    def __init__(self, codec: ReasoningCodec, *, show_thinking: bool = True) -> None:
         self._codec = codec
+        # thinking.display "omitted" (Claude Code asks for it): thinking blocks carry only
+        # their signature, which restores the whole reasoning when the block comes back.
+        self._show_thinking = show_thinking
         self.index = -1
         self._open: str | None = None
         self._reasoning: list[str] = []
@@ -62,7 +65,8 @@ class BlockWriter:
                 if self._open != _THINKING:
                     self._start(events, {"type": _THINKING, "thinking": "", "signature": ""})
                 self._reasoning.append(delta.text)
-                events.append(self._delta({"type": "thinking_delta", "thinking": delta.text}))
+                if self._show_thinking:
+                    events.append(self._delta({"type": "thinking_delta", "thinking": delta.text}))
             elif type(delta) is ToolCallStart:
                 self.made_tool_use = True
                 block = {"type": _TOOL, "id": tool_use_id(delta.id), "name": delta.name}
@@ -159,10 +163,18 @@ _KINDS = {"content_block_start": _START, "content_block_delta": _DELTA, "content
 class MessageStream:
     """The face's StreamEncoder: message_start at once, blocks, one message_delta, message_stop."""
 
-    def __init__(self, message_id: str, model: str, codec: ReasoningCodec, stops: tuple[str, ...]):
+    def __init__(
+        self,
+        message_id: str,
+        model: str,
+        codec: ReasoningCodec,
+        stops: tuple[str, ...],
+        *,
+        show_thinking: bool = True,
+    ) -> None:
         self._id = message_id
         self._model = model
-        self._writer = BlockWriter(codec)
+        self._writer = BlockWriter(codec, show_thinking=show_thinking)
         self._stops = stops
         # A text delta for the open block, all but the text encoded once.
         self._text_head = b""
@@ -229,10 +241,18 @@ class MessageStream:
 class MessageCollector:
     """The face's Collector: the same blocks, gathered into one message."""
 
-    def __init__(self, message_id: str, model: str, codec: ReasoningCodec, stops: tuple[str, ...]):
+    def __init__(
+        self,
+        message_id: str,
+        model: str,
+        codec: ReasoningCodec,
+        stops: tuple[str, ...],
+        *,
+        show_thinking: bool = True,
+    ) -> None:
         self._id = message_id
         self._model = model
-        self._writer = BlockWriter(codec)
+        self._writer = BlockWriter(codec, show_thinking=show_thinking)
         self._stops = stops
         self._blocks: list[dict[str, Any]] = []
         self._json: dict[int, list[str]] = {}
@@ -296,8 +316,11 @@ class MessagesAnswer:
         codec: ReasoningCodec,
         stops: tuple[str, ...],
         headers: Mapping[str, str],
+        *,
+        show_thinking: bool = True,
     ) -> None:
         self._id = "msg_" + rid
+        self._show_thinking = show_thinking
         self._model = model
         self._codec = codec
         self._stops = stops
@@ -308,7 +331,11 @@ class MessagesAnswer:
         return self._headers
 
     def stream_encoder(self) -> MessageStream:
-        return MessageStream(self._id, self._model, self._codec, self._stops)
+        return MessageStream(
+            self._id, self._model, self._codec, self._stops, show_thinking=self._show_thinking
+        )
 
     def collector(self) -> MessageCollector:
-        return MessageCollector(self._id, self._model, self._codec, self._stops)
+        return MessageCollector(
+            self._id, self._model, self._codec, self._stops, show_thinking=self._show_thinking
+        )

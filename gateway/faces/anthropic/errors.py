@@ -10,12 +10,10 @@ A prompt the engine finds too long is said in Anthropic's words, which Claude Co
 
 from __future__ import annotations
 
-import re
-
 import orjson
 from starlette.responses import Response
 
-from gateway.errors import GatewayError, NoReplicaError
+from gateway.errors import ContextLengthError, GatewayError, NoReplicaError
 
 _TYPES = {
     400: "invalid_request_error",
@@ -26,13 +24,6 @@ _TYPES = {
     429: "rate_limit_error",
     504: "timeout_error",
 }
-
-# SGLang: "The input (N tokens) is longer than the model's context length (M tokens)."; the
-# simulator: "the prompt has N tokens; the context length is M".
-_TOO_LONG = (
-    re.compile(r"input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens"),
-    re.compile(r"prompt has (\d+) tokens; the context length is (\d+)"),
-)
 
 
 def status(error: GatewayError) -> int:
@@ -50,10 +41,14 @@ def error_type(error: GatewayError) -> str:
 
 
 def message(error: GatewayError) -> str:
-    for pattern in _TOO_LONG:
-        found = pattern.search(error.message)
-        if found:
-            return f"prompt is too long: {found.group(1)} tokens > {found.group(2)} maximum"
+    if isinstance(error, ContextLengthError):
+        prompt, context, output = error.prompt_tokens, error.context_length, error.output_tokens
+        if output is not None and prompt < context:
+            return (
+                f"input length and `max_tokens` exceed context limit: {prompt} + {output} > "
+                f"{context}, decrease input length or `max_tokens` and try again"
+            )
+        return f"prompt is too long: {prompt} tokens > {context} maximum"
     return error.message
 
 

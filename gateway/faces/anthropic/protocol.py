@@ -104,6 +104,8 @@ class ToolChoice(_Model):
 class Thinking(_Model):
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: int | None = None
+    # "summarized" (the default), "omitted" (signature only), or values newer clients send.
+    display: StrictStr | None = None
 
 
 class OutputFormat(_Model):

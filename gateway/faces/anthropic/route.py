@@ -95,6 +95,7 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
         state.reasoning_codec,
         core.sampling.stop,
         {"request-id": scope_state["request_id"]},
+        show_thinking=request.thinking is None or request.thinking.display != "omitted",
     )
     run = Run(state, core, answer, record, scope_state, keepalive_s=settings.anthropic.keepalive_s)
     return await run.respond(receive)
