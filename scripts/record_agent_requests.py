@@ -1,0 +1,307 @@
+"""A stand-in Anthropic API that records every request an agent CLI sends to it.
+
+    python -m scripts.record_agent_requests --port P --out DIR [--read-file PATH | --tool-call JSON]
+
+Each request is written to DIR as `NNN-<method>-<path>.json` holding {"method", "path",
+"headers", "body"}: the path keeps its query, credential headers keep their names but not their
+values, and the body is the parsed JSON (or the raw text when it is not JSON). In tests,
+`serving(out_dir, tool_call)` runs the same server from a thread on a free port.
+
+Answers follow the Anthropic Messages API:
+- `HEAD /api/hello` (and GET): 200, empty.
+- `POST /v1/messages/count_tokens`: `{"input_tokens": len(body) // 4}`.
+- `POST /v1/messages` (any query): an SSE stream, or one JSON message when `stream` is false.
+  A request that offers the configured tool and whose last message carries no `tool_result`
+  gets a `thinking` block (signature THINKING_SIGNATURE) then a `tool_use` of that tool: by
+  default Read of `--read-file`, which Claude Code runs without asking. Every other request
+  (the turn that carries the tool_result, a subagent without the tool, auxiliary calls) gets
+  one `text` block.
+- anything else: 404 with Anthropic's error envelope.
+
+The first line printed to stdout is `listening on http://HOST:PORT` once the socket is bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+# Credentials never reach the recording: which header carried one is kept, its value is not.
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "proxy-authorization", "cookie"})
+REDACTED = "<redacted>"
+THINKING_TEXT = "The user wants the file read first; I will call Read on it."
+THINKING_SIGNATURE = "recorder-signature-0001"
+TOOL_USE_ID = "toolu_01RecorderReadCall0001"
+FINAL_TEXT = "Done: I read the file."
+AUX_TEXT = "Recorded answer."
+
+
+def _sse(event: Mapping[str, Any]) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+def _usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": output_tokens,
+    }
+
+
+def _last_message_has_tool_result(body: Mapping[str, Any]) -> bool:
+    messages = body.get("messages") or []
+    if not messages:
+        return False
+    content = messages[-1].get("content")
+    return isinstance(content, list) and any(
+        isinstance(block, dict) and block.get("type") == "tool_result" for block in content
+    )
+
+
+def _offers_tool(body: Mapping[str, Any], name: str) -> bool:
+    return any(
+        isinstance(tool, dict) and tool.get("name") == name for tool in body.get("tools") or []
+    )
+
+
+def answer_blocks(
+    body: Mapping[str, Any], tool_call: Mapping[str, Any]
+) -> tuple[list[dict[str, Any]], str]:
+    """The content blocks and stop_reason for one /v1/messages request."""
+    if _offers_tool(body, tool_call["name"]) and not _last_message_has_tool_result(body):
+        return [
+            {"type": "thinking", "thinking": THINKING_TEXT, "signature": THINKING_SIGNATURE},
+            {"type": "tool_use", "id": TOOL_USE_ID, **tool_call},
+        ], "tool_use"
+    text = FINAL_TEXT if _last_message_has_tool_result(body) else AUX_TEXT
+    return [{"type": "text", "text": text}], "end_turn"
+
+
+def _output_tokens(blocks: list[dict[str, Any]]) -> int:
+    return sum(len(json.dumps(block)) // 4 for block in blocks)
+
+
+def stream_events(
+    message_id: str, model: str, blocks: list[dict[str, Any]], stop_reason: str, input_tokens: int
+) -> Iterator[dict[str, Any]]:
+    """The Messages streaming event sequence for a finished list of content blocks."""
+    output_tokens = _output_tokens(blocks)
+    yield {
+        "type": "message_start",
+        "message": {
+            "id": message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": _usage(input_tokens, 1),
+        },
+    }
+    yield {"type": "ping"}
+    for index, block in enumerate(blocks):
+        kind = block["type"]
+        if kind == "thinking":
+            start: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas: list[dict[str, Any]] = [
+                {"type": "thinking_delta", "thinking": block["thinking"]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
+        elif kind == "tool_use":
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": ""},
+                {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+            ]
+        else:
+            start = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": block["text"]}]
+        yield {"type": "content_block_start", "index": index, "content_block": start}
+        for delta in deltas:
+            yield {"type": "content_block_delta", "index": index, "delta": delta}
+        yield {"type": "content_block_stop", "index": index}
+    yield {
+        "type": "message_delta",
+        "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+        "usage": {"output_tokens": output_tokens},
+    }
+    yield {"type": "message_stop"}
+
+
+def _file_name(seq: int, method: str, path: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", path.split("?", 1)[0]).strip("_") or "root"
+    return f"{seq:03d}-{method.lower()}-{slug}.json"
+
+
+class RecordingServer(ThreadingHTTPServer):
+    """Serves RecordingHandler; writes one numbered file per request into out_dir."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], out_dir: Path, tool_call: dict[str, Any]) -> None:
+        super().__init__(address, RecordingHandler)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.out_dir = out_dir
+        self.tool_call = tool_call
+        self._counter = itertools.count(1)
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def record(self, method: str, path: str, headers: dict[str, str], body: Any) -> None:
+        with self._lock:
+            seq = next(self._counter)
+        record = {"method": method, "path": path, "headers": headers, "body": body}
+        (self.out_dir / _file_name(seq, method, path)).write_text(
+            json.dumps(record, indent=1, ensure_ascii=False) + "\n"
+        )
+
+
+class RecordingHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: RecordingServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        print(f"{self.command} {self.path} -> {args[1] if len(args) > 1 else ''}", flush=True)
+
+    def _read_and_record(self) -> tuple[Any, int]:
+        """The request's body (parsed JSON, text, or None) and its length in bytes."""
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        body: Any = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = raw.decode(errors="replace")
+        headers = {
+            name.lower(): REDACTED if name.lower() in CREDENTIAL_HEADERS else value
+            for name, value in self.headers.items()
+        }
+        self.server.record(self.command, self.path, headers, body)
+        return body, len(raw)
+
+    def _start(self, status: int, content_type: str, length: int) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(length))
+        self.send_header("request-id", f"req_recorder{time.time_ns()}")
+        self.end_headers()
+
+    def _send(self, status: int, payload: bytes, content_type: str = "application/json") -> None:
+        self._start(status, content_type, len(payload))
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    def _not_found(self) -> None:
+        error = {
+            "type": "error",
+            "error": {"type": "not_found_error", "message": f"no route for {self.path}"},
+        }
+        self._send(404, json.dumps(error).encode())
+
+    def do_HEAD(self) -> None:
+        self._read_and_record()
+        if self.path.split("?", 1)[0] == "/api/hello":
+            self._send(200, b"")
+        else:
+            self._not_found()
+
+    def do_GET(self) -> None:
+        self.do_HEAD()
+
+    def do_POST(self) -> None:
+        body, length = self._read_and_record()
+        route = self.path.split("?", 1)[0]
+        if route == "/v1/messages/count_tokens":
+            self._send(200, json.dumps({"input_tokens": length // 4}).encode())
+        elif route == "/v1/messages" and isinstance(body, dict):
+            self._answer_messages(body, input_tokens=length // 4)
+        else:
+            self._not_found()
+
+    def _answer_messages(self, body: dict[str, Any], input_tokens: int) -> None:
+        blocks, stop_reason = answer_blocks(body, self.server.tool_call)
+        model = str(body.get("model", "unknown"))
+        message_id = f"msg_recorder{time.time_ns()}"
+        if not body.get("stream"):
+            message = {
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": blocks,
+                "stop_reason": stop_reason,
+                "stop_sequence": None,
+                "usage": _usage(input_tokens, _output_tokens(blocks)),
+            }
+            self._send(200, json.dumps(message).encode())
+            return
+        frames = [
+            _sse(event)
+            for event in stream_events(message_id, model, blocks, stop_reason, input_tokens)
+        ]
+        # Frame by frame, as a live stream arrives (the length is known, so no chunking).
+        self._start(200, "text/event-stream", sum(len(frame) for frame in frames))
+        for frame in frames:
+            self.wfile.write(frame)
+
+
+@contextlib.contextmanager
+def serving(out_dir: Path, tool_call: dict[str, Any]) -> Iterator[RecordingServer]:
+    """A RecordingServer on a free loopback port, served from a thread while the block runs."""
+    server = RecordingServer(("127.0.0.1", 0), out_dir, tool_call)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True, help="0 picks a free port")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the recordings")
+    parser.add_argument(
+        "--read-file",
+        default="README.md",
+        help="file_path of the Read call in the first answer (absolute, as Read wants it)",
+    )
+    parser.add_argument(
+        "--tool-call",
+        type=json.loads,
+        help='the first answer\'s tool_use instead of Read, as JSON: {"name": ..., "input": {...}}',
+    )
+    args = parser.parse_args()
+    tool_call = args.tool_call or {"name": "Read", "input": {"file_path": args.read_file}}
+    server = RecordingServer((args.host, args.port), args.out, tool_call)
+    print(f"listening on {server.url}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
