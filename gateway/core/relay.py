@@ -162,13 +162,16 @@ class Relay:
     async def _stream(
         self, send: SendBytes, encoder: StreamEncoder, pinger: asyncio.Task[None] | None
     ) -> None:
+        # Only a keepalive task reads when the last write was (faces without one skip the clock).
+        clock = time.monotonic if pinger is not None else None
         try:
             async for event in self._engine.events():
                 parsed = self._on_event(event)
                 if parsed:
                     data = encoder.deltas(parsed)
                     if data:
-                        self._last_write = time.monotonic()
+                        if clock is not None:
+                            self._last_write = clock()
                         await send(data)
             if self._finish is None:
                 parsed = self._end()

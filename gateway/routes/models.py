@@ -1,4 +1,5 @@
-"""GET /v1/models: the served names from settings."""
+"""GET /v1/models: the served names from settings, in a shape both OpenAI's and Anthropic's
+clients read (Claude Code's model discovery reads `data[].id` and `display_name`)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,27 @@ router = APIRouter()
 @router.get("/v1/models")
 async def list_models(request: Request) -> JSONResponse:
     state = app_state(request)
-    state.auth.check(request.headers.get("authorization"))
+    state.auth.check(request.headers.get("authorization"), request.headers.get("x-api-key"))
     model = state.settings.model
+    names = model.served_names
     data = [
-        {"id": name, "object": "model", "created": 0, "owned_by": model.owned_by}
-        for name in model.served_names
+        {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": model.owned_by,
+            "type": "model",
+            "display_name": name,
+            "created_at": "1970-01-01T00:00:00Z",
+        }
+        for name in names
     ]
-    return JSONResponse({"object": "list", "data": data})
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": data,
+            "has_more": False,
+            "first_id": names[0],
+            "last_id": names[-1],
+        }
+    )
