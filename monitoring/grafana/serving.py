@@ -47,7 +47,7 @@ def _summary() -> list[PanelBuilder]:
     return [
         single_stat(
             "Requests/s (5m)",
-            "Chat completions answered per second, any status.",
+            "Generation requests answered per second, any status, every API.",
             PER_SECOND,
             Query(_rate("flashbox_requests_total", w), "requests/s"),
             width=STAT_WIDTH,
@@ -101,6 +101,15 @@ def _latency() -> list[PanelBuilder]:
             "at 60k context ~+103 s.",
             SECONDS,
             quantiles("flashbox_ttft_seconds"),
+            width=THIRD_WIDTH,
+        ),
+        graph(
+            "TTFT by API",
+            "Time to first token by the API the requests came through (openai: chat "
+            "completions, anthropic: Messages, ...): their clients' prompts and sessions differ.",
+            SECONDS,
+            quantiles("flashbox_ttft_seconds", (0.5, 0.95), by="api"),
+            width=THIRD_WIDTH,
         ),
         graph(
             "TTFT by stage (p95)",
@@ -109,6 +118,7 @@ def _latency() -> list[PanelBuilder]:
             "where the time went.",
             SECONDS,
             quantiles("flashbox_ttft_stage_seconds", (0.95,), by="stage"),
+            width=THIRD_WIDTH,
         ),
         graph(
             "Inter-token latency",
@@ -164,9 +174,18 @@ def _traffic() -> list[PanelBuilder]:
     return [
         graph(
             "Requests/s by status",
-            "Chat completions answered per second, by HTTP status.",
+            "Generation requests answered per second, every API, by HTTP status.",
             PER_SECOND,
             [Query(_rate("flashbox_requests_total", by="code"), "{{code}}")],
+            width=THIRD_WIDTH,
+            stacked=True,
+        ),
+        graph(
+            "Requests/s by API",
+            "Generation requests answered per second, any status, by the API they came through "
+            "(openai: chat completions, anthropic: Messages, ...).",
+            PER_SECOND,
+            [Query(_rate("flashbox_requests_total", by="api"), "{{api}}")],
             width=THIRD_WIDTH,
             stacked=True,
         ),
@@ -190,7 +209,12 @@ def _traffic() -> list[PanelBuilder]:
                 Query(_rate("flashbox_upstream_aborts_total", by="phase"), "abort {{phase}}"),
                 Query(_rate("flashbox_retries_total"), "retries"),
             ],
-            width=THIRD_WIDTH,
+        ),
+        graph(
+            "Errors by API",
+            "Failed requests per second by the API they came through, and by kind.",
+            OPS,
+            [Query(_rate("flashbox_errors_total", by="api, kind"), "{{api}} {{kind}}")],
         ),
         graph(
             "Rejected requests and tool calls",

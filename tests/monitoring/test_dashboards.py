@@ -115,6 +115,27 @@ def test_serving_dashboard_has_the_panels_users_watch(
     assert all(q.expr.startswith("histogram_quantile(0.99,") for q in render)
 
 
+def test_serving_dashboard_splits_requests_ttft_and_errors_by_api(
+    dashboards: dict[str, dict[str, Any]],
+) -> None:
+    # The metrics whose series carry the face a request came through (openai, anthropic, ...).
+    queries = panel_queries(dashboards["flashbox-serving"])
+    by_api = [q for q in queries if re.search(r"\bby \([^)]*\bapi\b", q.expr)]
+    names = set().union(*(metric_names(q.expr) for q in by_api))
+    assert names == {
+        "flashbox_requests_total",
+        "flashbox_ttft_seconds_bucket",
+        "flashbox_errors_total",
+    }
+    assert all("{{api}}" in q.legend for q in by_api)
+    ttft = [q for q in by_api if "flashbox_ttft_seconds_bucket" in q.expr]
+    assert [q.legend for q in ttft] == ["p50 {{api}}", "p95 {{api}}"]
+    assert all("sum by (le, api) (rate(" in q.expr for q in ttft)
+    # The totals over every API stay: the summary, TTFT p50/p95/p99 and the alerts read them.
+    totals = [q for q in queries if q.panel == "Time to first token"]
+    assert all("sum by (le) (rate(" in q.expr for q in totals)
+
+
 def test_engine_dashboard_uses_sglangs_colon_names(dashboards: dict[str, dict[str, Any]]) -> None:
     doc = dashboards["flashbox-engine"]
     assert doc["title"] == "flashbox — engine"
