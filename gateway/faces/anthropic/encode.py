@@ -62,6 +62,7 @@ class BlockWriter:
             elif type(delta) is ReasoningDelta:
                 if not delta.text:
                     continue
+                self._held = ""  # whitespace no text followed: dropped, not moved past this
                 if self._open != _THINKING:
                     self._start(events, {"type": _THINKING, "thinking": "", "signature": ""})
                 self._reasoning.append(delta.text)
@@ -103,6 +104,7 @@ class BlockWriter:
 
     def _start(self, events: list[dict[str, Any]], block: dict[str, Any]) -> None:
         self._close(events)
+        self._held = ""
         self.index += 1
         self._open = block["type"]
         events.append({"type": "content_block_start", "index": self.index, "content_block": block})
@@ -299,11 +301,14 @@ class MessageCollector:
         )
 
 
-def _object(text: str) -> dict[str, Any]:
+def _object(text: str) -> dict[str, Any] | orjson.Fragment:
     # The parser's fragments always join into one JSON object; anything else would be a bug
-    # there, and an object is what every client expects.
-    value = orjson.loads(text) if text else {}
-    return value if isinstance(value, dict) else {"value": value}
+    # there, and an object is what every client expects. The object goes out as written, as
+    # the stream sends it: a re-encode would turn integers past 64 bits into floats.
+    if not text:
+        return {}
+    value = orjson.loads(text)
+    return orjson.Fragment(text) if isinstance(value, dict) else {"value": value}
 
 
 class MessagesAnswer:

@@ -102,7 +102,9 @@ class ToolChoice(_Model):
 
 
 class Thinking(_Model):
-    type: Literal["enabled", "disabled", "adaptive"]
+    # "enabled", "disabled", "adaptive", or a type newer clients send (the pinned SDK already
+    # knows "between_tools"): anything but "disabled" lets the model reason.
+    type: StrictStr
     budget_tokens: int | None = None
     # "summarized" (the default), "omitted" (signature only), or values newer clients send.
     display: StrictStr | None = None

@@ -31,15 +31,36 @@ from gateway.faces.anthropic.convert import (
 from gateway.faces.anthropic.encode import MessagesAnswer
 from gateway.faces.anthropic.errors import error_response
 from gateway.faces.anthropic.protocol import CountTokensRequest, MessagesRequest
-from gateway.faces.openai_chat.input import (
-    check_counts,
-    load_json_body,
-    read_body,
-    validation_message,
-)
+from gateway.faces.openai_chat.input import check_counts, load_json_body, read_body
 from gateway.state import AppState
 
 router = APIRouter()
+
+
+def _union_member(part: object) -> bool:
+    """A location part naming the member of a union pydantic tried ("str", "list[...]")."""
+    return isinstance(part, str) and (part == "str" or part.startswith("list["))
+
+
+def validation_message(exc: ValidationError) -> tuple[str, str | None]:
+    """The first problem and where it is, as Anthropic says it (`messages.0.content.1`).
+
+    Content given as a list of blocks also fails as the string it could have been; that
+    failure says nothing to fix, so the list's own problem is the one told: for a block type
+    not known here, "Input tag 'x' found using 'type' does not match any of the expected
+    tags", Anthropic's own wording, which Claude Code's capability retries look for.
+    """
+    errors = exc.errors(include_url=False)
+    useful = [
+        error
+        for error in errors
+        if "str" not in error["loc"] or isinstance(error.get("input"), str)
+    ] or errors
+    first = useful[0]
+    where = ".".join(str(part) for part in first["loc"] if not _union_member(part))
+    more = f" (and {len(useful) - 1} more problems)" if len(useful) > 1 else ""
+    text = f"Invalid request: '{where}': {first['msg']}{more}." if where else first["msg"]
+    return text, where or None
 
 
 def _validated(model: type[MessagesRequest | CountTokensRequest], raw: dict[str, object]) -> object:
