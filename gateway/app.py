@@ -20,7 +20,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway import state as app_state
 from gateway.admission import AdmissionController, AdmissionMiddleware
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
-from gateway.faces import ENDPOINTS, Endpoint, error_body
+from gateway.faces import ENDPOINTS, Endpoint, error_body, is_anthropic_path
+from gateway.faces.anthropic import errors as anthropic_errors
 from gateway.faces.anthropic import route as anthropic_route
 from gateway.faces.openai_chat import route as chat
 from gateway.faces.openai_chat.protocol import ChatCompletionRequest
@@ -32,9 +33,16 @@ from gateway.settings import Settings, load_settings
 log = logging.getLogger("gateway.app")
 
 
+def _face_error(request: Request, error: GatewayError) -> Response:
+    """A GatewayError in the shape of the face whose path was asked (OpenAI's by default)."""
+    if is_anthropic_path(request.url.path):
+        return anthropic_errors.error_response(error, request.state.request_id)
+    return error_response(error)
+
+
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
-    return error_response(exc)
+    return _face_error(request, exc)
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
@@ -49,11 +57,11 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        return error_response(NotFoundError(f"No route {request.url.path}."))
+        return _face_error(request, NotFoundError(f"No route {request.url.path}."))
     error = GatewayError(str(exc.detail), code=None)
     error.status_code = exc.status_code
     error.error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"
-    return error_response(error)
+    return _face_error(request, error)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -58,8 +58,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 _ANTHROPIC_PREFIX = "/v1/messages"
 
 
+def is_anthropic_path(path: str) -> bool:
+    return path == _ANTHROPIC_PREFIX or path.startswith(_ANTHROPIC_PREFIX + "/")
+
+
 def error_body(path: str, status: int, code: str, message: str, request_id: str) -> bytes:
     """Errors the request-context middleware answers itself, in the shape of the path's face."""
-    if path == _ANTHROPIC_PREFIX or path.startswith(_ANTHROPIC_PREFIX + "/"):
+    if is_anthropic_path(path):
         return anthropic_errors.middleware_error_body(status, message, request_id)
     return openai_error_body(path, status, code, message, request_id)

@@ -201,3 +201,19 @@ async def test_validation_errors_name_the_field_not_the_union_member(
     assert says in error["message"]
     assert ".str" not in error["message"]
     assert "list[" not in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/v1/messages"), ("POST", "/v1/messages/batches")]
+)
+async def test_unknown_routes_under_messages_answer_in_anthropics_envelope(
+    client: httpx.AsyncClient, method: str, path: str
+) -> None:
+    response = await client.request(method, path)
+    assert response.status_code == 404
+    body = response.json()
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "not_found_error"
+    assert body["request_id"] == response.headers["request-id"]
+    other = await client.get("/v1/nothing-here")
+    assert other.json()["error"]["code"] == "not_found"  # the OpenAI face's shape elsewhere
