@@ -62,11 +62,9 @@ class BlockWriter:
             elif type(delta) is ReasoningDelta:
                 if not delta.text:
                     continue
-                self._held = ""  # whitespace no text followed: dropped, not moved past this
                 if self._open != _THINKING:
                     self._start(events, {"type": _THINKING, "thinking": "", "signature": ""})
-                self._reasoning.append(delta.text)
-                if self._show_thinking:
+                if self.more_thinking(delta.text):
                     events.append(self._delta({"type": "thinking_delta", "thinking": delta.text}))
             elif type(delta) is ToolCallStart:
                 self.made_tool_use = True
@@ -86,6 +84,18 @@ class BlockWriter:
                     self._delta({"type": "input_json_delta", "partial_json": delta.fragment})
                 )
         return events
+
+    @property
+    def open(self) -> str | None:
+        """The type of the block open now, if any."""
+        return self._open
+
+    def more_thinking(self, text: str) -> bool:
+        """`text` is more reasoning for the open thinking block (what `feed` does for it);
+        whether a thinking_delta is to be sent for it."""
+        self._held = ""  # whitespace no text followed: dropped, not moved past this
+        self._reasoning.append(text)
+        return self._show_thinking
 
     def _text(self, text: str, events: list[dict[str, Any]]) -> None:
         if self._open != _TEXT:
@@ -162,8 +172,8 @@ _STOP = b"content_block_stop"
 _KINDS = {"content_block_start": _START, "content_block_delta": _DELTA, "content_block_stop": _STOP}
 
 
-class MessageStream:
-    """The face's StreamEncoder: message_start at once, blocks, one message_delta, message_stop."""
+class _Message:
+    """What the streamed and the one-shot message share: ids, the block writer, the stops."""
 
     def __init__(
         self,
@@ -178,9 +188,29 @@ class MessageStream:
         self._model = model
         self._writer = BlockWriter(codec, show_thinking=show_thinking)
         self._stops = stops
-        # A text delta for the open block, all but the text encoded once.
+
+    def _stop_reason(self, finish: Finish) -> tuple[str, Any]:
+        return stop_reason(finish, self._writer.made_tool_use, self._stops)
+
+
+class MessageStream(_Message):
+    """The face's StreamEncoder: message_start at once, blocks, one message_delta, message_stop."""
+
+    def __init__(
+        self,
+        message_id: str,
+        model: str,
+        codec: ReasoningCodec,
+        stops: tuple[str, ...],
+        *,
+        show_thinking: bool = True,
+    ) -> None:
+        super().__init__(message_id, model, codec, stops, show_thinking=show_thinking)
+        # A text (or thinking) delta for the open block, all but the text encoded once.
         self._text_head = b""
         self._text_index = -2
+        self._thinking_head = b""
+        self._thinking_index = -2
 
     def start(self) -> bytes:
         message: dict[str, Any] = {
@@ -206,7 +236,7 @@ class MessageStream:
 
     def deltas(self, deltas: list[ParsedDelta]) -> bytes:
         writer = self._writer
-        if len(deltas) == 1 and type(deltas[0]) is ContentDelta and writer._open == _TEXT:
+        if len(deltas) == 1 and type(deltas[0]) is ContentDelta and writer.open == _TEXT:
             # The usual event: more text for the open text block.
             text = deltas[0].text
             if not text:
@@ -219,6 +249,20 @@ class MessageStream:
                     + b',"delta":{"type":"text_delta","text":'
                 )
             return self._text_head + orjson.dumps(text) + b"}}\n\n"
+        if len(deltas) == 1 and type(deltas[0]) is ReasoningDelta and writer.open == _THINKING:
+            # As usual while thinking: more reasoning for the open thinking block, the steps
+            # and bytes of BlockWriter.feed without its event dict.
+            text = deltas[0].text
+            if not text or not writer.more_thinking(text):
+                return b""
+            if self._thinking_index != writer.index:
+                self._thinking_index = writer.index
+                self._thinking_head = (
+                    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+                    + str(writer.index).encode()
+                    + b',"delta":{"type":"thinking_delta","thinking":'
+                )
+            return self._thinking_head + orjson.dumps(text) + b"}}\n\n"
         return self._encode(writer.feed(deltas))
 
     @staticmethod
@@ -228,7 +272,7 @@ class MessageStream:
     def finish(self, finish: Finish) -> bytes:
         writer = self._writer
         out = self._encode(writer.close())
-        reason, sequence = stop_reason(finish, writer.made_tool_use, self._stops)
+        reason, sequence = self._stop_reason(finish)
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": reason, "stop_sequence": sequence},
@@ -240,7 +284,7 @@ class MessageStream:
         return error_event(error)
 
 
-class MessageCollector:
+class MessageCollector(_Message):
     """The face's Collector: the same blocks, gathered into one message."""
 
     def __init__(
@@ -252,10 +296,7 @@ class MessageCollector:
         *,
         show_thinking: bool = True,
     ) -> None:
-        self._id = message_id
-        self._model = model
-        self._writer = BlockWriter(codec, show_thinking=show_thinking)
-        self._stops = stops
+        super().__init__(message_id, model, codec, stops, show_thinking=show_thinking)
         self._blocks: list[dict[str, Any]] = []
         self._json: dict[int, list[str]] = {}
 
@@ -286,7 +327,7 @@ class MessageCollector:
         self._apply(writer.close())
         for index, parts in self._json.items():
             self._blocks[index]["input"] = _object("".join(parts))
-        reason, sequence = stop_reason(finish, writer.made_tool_use, self._stops)
+        reason, sequence = self._stop_reason(finish)
         return orjson.dumps(
             {
                 "id": self._id,
