@@ -1,9 +1,12 @@
-"""A streaming OpenAI chat client that records what a benchmark needs, per request.
+"""Streaming clients (OpenAI chat completions, Anthropic Messages) that record what a
+benchmark needs, per request.
 
 Conventions follow sglang.bench_serving (FACTS.md section 5): TTFT is the arrival of the first
-chunk that carries a token (reasoning, content or a tool call — not the role-only frame);
+chunk that carries a token (reasoning, content or a tool call — not the role-only frame; for
+Messages, the first `content_block_delta` with text, thinking or tool input);
 ITL is the gap between token-carrying chunks divided by the tokens in the chunk; TPOT is
-(latency - TTFT) / (output tokens - 1). Token counts come from the server's usage chunk.
+(latency - TTFT) / (output tokens - 1). Token counts come from the server's usage chunk
+(for Messages, `message_delta`'s usage). Latency ends at `[DONE]` (Messages: `message_stop`).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -113,14 +116,19 @@ async def _drain(response: httpx.Response) -> None:
         pass  # the answer is complete; only the connection's reuse is lost
 
 
-async def stream_chat(
+# Folds one SSE `data:` payload into the record; True when it ends the answer.
+_Fold = Callable[[StreamRecord, str, float], bool]
+
+
+async def _stream(
     client: httpx.AsyncClient,
     url: str,
-    body: Mapping[str, Any],
-    headers: Mapping[str, str] | None = None,
+    payload: Mapping[str, Any],
+    headers: Mapping[str, str] | None,
+    fold: _Fold,
 ) -> StreamRecord:
-    """POST a streaming chat completion to url and record it; never raises for HTTP errors."""
-    payload = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    """POST `payload`, fold each SSE data line until `fold` says the answer is done, then
+    read the response to its end (keeping the connection); never raises for HTTP errors."""
     record = StreamRecord()
     start = time.perf_counter()
     done_at: float | None = None
@@ -134,15 +142,105 @@ async def stream_chat(
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
                     continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+                if fold(record, line[5:].strip(), start):
                     record.ok = record.error is None
                     done_at = time.perf_counter()  # the answer's end: the drain is not in it
                     await _drain(response)
                     break
-                record_event(record, orjson.loads(data), time.perf_counter() - start)
     except httpx.HTTPError as exc:
         record.error = f"{type(exc).__name__}: {exc}"
     finally:
         record.latency = (done_at if done_at is not None else time.perf_counter()) - start
     return record
+
+
+def _fold_chat(record: StreamRecord, data: str, start: float) -> bool:
+    if data == "[DONE]":
+        return True
+    record_event(record, orjson.loads(data), time.perf_counter() - start)
+    return False
+
+
+async def stream_chat(
+    client: httpx.AsyncClient,
+    url: str,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str] | None = None,
+) -> StreamRecord:
+    """POST a streaming chat completion to url and record it; never raises for HTTP errors."""
+    payload = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    return await _stream(client, url, payload, headers, _fold_chat)
+
+
+# The content_block_delta types that carry output tokens, and the key of their text (a
+# signature_delta carries none).
+_TOKEN_DELTAS = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "input_json_delta": "partial_json",
+}
+
+
+def record_message_event(record: StreamRecord, payload: Mapping[str, Any], elapsed: float) -> None:
+    """Fold one decoded Anthropic Messages SSE payload into the record (separate for unit
+    tests). Tool calls are kept under their content block's index, in OpenAI's shape."""
+    kind = payload.get("type")
+    if kind == "content_block_delta":
+        delta = payload.get("delta") or {}
+        delta_type = delta.get("type")
+        key = _TOKEN_DELTAS.get(delta_type) if isinstance(delta_type, str) else None
+        text = delta.get(key) if key is not None else None
+        if not text:
+            return
+        if record.ttft is None:
+            record.ttft = elapsed
+        record.token_chunk_times.append(elapsed)
+        if delta_type == "text_delta":
+            record.content.append(text)
+        elif delta_type == "thinking_delta":
+            record.reasoning.append(text)
+        else:
+            slot = record.tool_calls.get(int(payload.get("index", 0)))
+            if slot is not None:
+                slot["function"]["arguments"] += text
+    elif kind == "content_block_start":
+        block = payload.get("content_block") or {}
+        if block.get("type") == "tool_use":
+            record.tool_calls[int(payload.get("index", 0))] = {
+                "id": block.get("id") or "",
+                "type": "function",
+                "function": {"name": block.get("name") or "", "arguments": ""},
+            }
+    elif kind == "message_delta":
+        usage = payload.get("usage") or {}
+        cached = int(usage.get("cache_read_input_tokens") or 0)
+        created = int(usage.get("cache_creation_input_tokens") or 0)
+        record.prompt_tokens = int(usage.get("input_tokens") or 0) + cached + created
+        record.completion_tokens = int(usage.get("output_tokens") or 0)
+        record.cached_tokens = cached
+    elif kind == "error":
+        error = payload.get("error")
+        record.error = str(error.get("message") if isinstance(error, Mapping) else error)
+
+
+def _fold_message(record: StreamRecord, data: str, start: float) -> bool:
+    payload = orjson.loads(data)
+    record_message_event(record, payload, time.perf_counter() - start)
+    return bool(payload.get("type") == "message_stop")
+
+
+# What the anthropic SDK sends with every request.
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+async def stream_messages(
+    client: httpx.AsyncClient,
+    url: str,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str] | None = None,
+) -> StreamRecord:
+    """POST a streaming Anthropic Messages request (body: model, max_tokens, messages, ...)
+    to url and record it as stream_chat does; never raises for HTTP errors."""
+    payload = {**body, "stream": True}
+    sent = {"anthropic-version": ANTHROPIC_VERSION, **(headers or {})}
+    return await _stream(client, url, payload, sent, _fold_message)

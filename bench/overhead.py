@@ -4,6 +4,8 @@ One simulator (a near-trivial upstream at a small time scale) serves three targe
 same streaming load at each concurrency level, in one run:
   direct   the simulator's own /v1/chat/completions
   gateway  flashbox's gateway -> the simulator's /generate (render + parse on)
+  messages the same gateway process's Anthropic Messages face (POST /v1/messages, the same
+           prompts and output lengths; with `--faces`, default both)
   smg      SGLang's model gateway (sglang-router) -> the simulator's /v1/chat/completions
   pipe     with --floor: bench.pipe, a Python TCP byte pipe -> the same (the floor of a hop)
 Each level runs `--reps` rounds (default 3); a round runs every target once, in a rotated
@@ -19,7 +21,12 @@ the simulator reports when each rid arrived and when its first token was made
 hops cost; hop-added is that cost's p50/p99 through the hop minus the same direct. The
 engine's own share moves with its modelled clock (a prefill step that starts a little later
 ends at the next step boundary), by more than a router adds, so only hop-added can tell a
-millisecond. `--profile` also runs the gateway under cProfile and prints where its time goes.
+millisecond. `--profile` also runs the gateway under cProfile and prints where its time goes
+(per face).
+
+With both faces measured, a second table puts the Messages face next to the OpenAI face per
+level: added and hop-added TTFT p50 and gateway CPU per relayed token, with Messages minus
+OpenAI (ms) and Messages / OpenAI.
 """
 
 from __future__ import annotations
@@ -34,22 +41,31 @@ import pstats
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import psutil  # type: ignore[import-untyped]
 
-from bench.client import StreamRecord, stream_chat
+from bench.client import StreamRecord, stream_chat, stream_messages
 from bench.procs import Proc, free_port, start_gateway, start_process, start_sim
 from bench.sessions import fetch_engine_timings
 from bench.stats import percentile, ratio
 
 MODEL = "glm-5.3-flash"
 DEFAULT_LEVELS = (1, 8, 32)
+
+Face = Literal["openai", "anthropic"]
+FACES: tuple[Face, ...] = ("openai", "anthropic")
+# The gateway's target name per face; "gateway" is the OpenAI face, as before faces existed.
+FACE_TARGETS: dict[Face, str] = {"openai": "gateway", "anthropic": "messages"}
+_Recorder = Callable[
+    [httpx.AsyncClient, str, Mapping[str, Any], Mapping[str, str] | None], Awaitable[StreamRecord]
+]
+_RECORDERS: dict[Face, _Recorder] = {"openai": stream_chat, "anthropic": stream_messages}
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,16 @@ class Config:
     # Rounds per level; in each the targets run one after another, in a rotated order, and
     # their samples are pooled: a slow spell of the shared machine lands on every target.
     reps: int = 3
+    # The gateway's API faces to measure, each a target of the same gateway process.
+    faces: tuple[Face, ...] = FACES
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    # The hop's process, whose CPU time is measured; None for direct.
+    proc: Proc | None
+    face: Face = "openai"
 
 
 @dataclass
@@ -107,16 +133,19 @@ def _cpu_seconds(proc: Proc | None) -> float | None:
 
 
 def _body() -> dict[str, Any]:
-    # A unique prompt per request: no target gets a cache hit the others do not.
+    # A unique prompt per request: no target gets a cache hit the others do not. The same body
+    # is a chat completion and a Messages request (model, max_tokens, messages); each recorder
+    # adds its own `stream` fields.
     prompt = f"Benchmark request {uuid.uuid4().hex}: say something short."
     return {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4096}
 
 
 async def _run_level(
-    url: str, concurrency: int, total: int
+    url: str, concurrency: int, total: int, face: Face = "openai"
 ) -> tuple[list[tuple[str, StreamRecord]], float]:
     """`total` streams, `concurrency` at a time; each record with the x-request-id it sent."""
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency)
+    recorder = _RECORDERS[face]
     async with httpx.AsyncClient(limits=limits, timeout=120.0) as client:
         remaining = total
         records: list[tuple[str, StreamRecord]] = []
@@ -127,7 +156,7 @@ async def _run_level(
                 remaining -= 1
                 rid = f"bench-{uuid.uuid4().hex}"
                 headers = {"x-request-id": rid}
-                records.append((rid, await stream_chat(client, url, _body(), headers)))
+                records.append((rid, await recorder(client, url, _body(), headers)))
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -145,17 +174,17 @@ class _Samples:
 
 
 def _sample(
-    url: str,
-    proc: Proc | None,
+    target: Target,
     sim_url: str,
     concurrency: int,
     total: int,
     warmup: int,
     into: _Samples,
 ) -> None:
-    asyncio.run(_run_level(url, min(concurrency, warmup), warmup))
+    url, proc, face = target.url, target.proc, target.face
+    asyncio.run(_run_level(url, min(concurrency, warmup), warmup, face))
     cpu_before = _cpu_seconds(proc)
-    records, wall = asyncio.run(_run_level(url, concurrency, total))
+    records, wall = asyncio.run(_run_level(url, concurrency, total, face))
     cpu_after = _cpu_seconds(proc)
     engine = fetch_engine_timings([sim_url])
     for rid, record in records:
@@ -202,10 +231,8 @@ def _start_smg(sim: Proc) -> Proc | None:
 
 
 @contextmanager
-def _stack(
-    config: Config, profile_out: Path | None
-) -> Iterator[tuple[dict[str, tuple[str, Proc | None]], str]]:
-    """The targets (name -> chat URL, hop process) and the simulator's base URL."""
+def _stack(config: Config, profile_out: Path | None) -> Iterator[tuple[dict[str, Target], str]]:
+    """The targets by name and the simulator's base URL."""
     sim_args = ["--reasoning-tokens", str(config.reasoning_tokens)]
     sim_args += ["--content-tokens", str(config.content_tokens)]
     sim = start_sim(*sim_args, name="bench", time_scale=config.time_scale, as_launched=True)
@@ -216,20 +243,20 @@ def _stack(
         else:
             gateway = _start_profiled_gateway(sim, profile_out)
         procs.append(gateway)
-        targets: dict[str, tuple[str, Proc | None]] = {
-            "direct": (sim.url + "/v1/chat/completions", None),
-            "gateway": (gateway.url + "/v1/chat/completions", gateway),
-        }
+        targets: dict[str, Target] = {"direct": Target(sim.url + "/v1/chat/completions", None)}
+        paths: dict[Face, str] = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+        for face in config.faces:
+            targets[FACE_TARGETS[face]] = Target(gateway.url + paths[face], gateway, face)
         if config.floor and profile_out is None:
             args = ["--port", "{port}", "--upstream-port", str(sim.port)]
             pipe = start_process("bench.pipe", args)
             procs.append(pipe)
-            targets["pipe"] = (pipe.url + "/v1/chat/completions", pipe)
+            targets["pipe"] = Target(pipe.url + "/v1/chat/completions", pipe)
         if config.with_smg and profile_out is None:
             smg = _start_smg(sim)
             if smg is not None:
                 procs.append(smg)
-                targets["smg"] = (smg.url + "/v1/chat/completions", smg)
+                targets["smg"] = Target(smg.url + "/v1/chat/completions", smg)
         yield targets, sim.url
     finally:
         for proc in reversed(procs):
@@ -312,8 +339,7 @@ def run(config: Config) -> list[LevelResult]:
             pooled = {name: _Samples([]) for name in names}
             for rep in range(config.reps):
                 for name in names[rep % len(names) :] + names[: rep % len(names)]:
-                    url, proc = targets[name]
-                    _sample(url, proc, sim_url, level, total, config.warmup, pooled[name])
+                    _sample(targets[name], sim_url, level, total, config.warmup, pooled[name])
             for name in names:
                 result = _result(name, level, pooled[name])
                 results.append(result)
@@ -328,13 +354,13 @@ def run(config: Config) -> list[LevelResult]:
     return results
 
 
-def profile(config: Config, level: int, top: int = 25) -> str:
-    """The gateway's own profile under `level` streams, as pstats text (top by own time)."""
+def profile(config: Config, level: int, top: int = 25, face: Face = "openai") -> str:
+    """The gateway's own profile under `level` streams of `face`, as pstats text (top by own
+    time)."""
     out = Path(tempfile.mkstemp(prefix="gateway-", suffix=".prof")[1])
-    with _stack(config, out) as (targets, sim_url):
-        url, proc = targets["gateway"]
+    with _stack(replace(config, faces=(face,)), out) as (targets, sim_url):
         total = max(config.min_requests, level * config.requests_per_stream)
-        _sample(url, proc, sim_url, level, total, config.warmup, _Samples([]))
+        _sample(targets[FACE_TARGETS[face]], sim_url, level, total, config.warmup, _Samples([]))
     stream = io.StringIO()
     stats = pstats.Stats(str(out), stream=stream)
     stats.strip_dirs().sort_stats("tottime").print_stats(top)
@@ -367,6 +393,74 @@ def table(results: Sequence[LevelResult]) -> str:
     return "\n".join(lines)
 
 
+# The issue's goals for the Messages face against the OpenAI face at 1 stream.
+GOAL_ADDED_TTFT_MS = 0.5
+GOAL_CPU_RATIO = 1.2
+
+
+def _deltas_over_direct(
+    results: Sequence[LevelResult],
+) -> dict[tuple[str, int], tuple[float, float]]:
+    """(target, streams) -> (added p50 ms, hop-added p50 ms), both over direct's."""
+    direct = {r.concurrency: r for r in results if r.target == "direct"}
+    out: dict[tuple[str, int], tuple[float, float]] = {}
+    for r in results:
+        base = direct.get(r.concurrency)
+        if base is None:
+            out[r.target, r.concurrency] = (math.nan, math.nan)
+        else:
+            added = r.ttft_p50_ms - base.ttft_p50_ms
+            out[r.target, r.concurrency] = (added, r.network_p50_ms - base.network_p50_ms)
+    return out
+
+
+def face_table(results: Sequence[LevelResult]) -> str:
+    """The Messages face next to the OpenAI face, per level ("" unless both were measured)."""
+    openai, messages = FACE_TARGETS["openai"], FACE_TARGETS["anthropic"]
+    by_key = {(r.target, r.concurrency): r for r in results}
+    levels = [r.concurrency for r in results if r.target == openai]
+    levels = [level for level in levels if (messages, level) in by_key]
+    if not levels:
+        return ""
+    added = _deltas_over_direct(results)
+    lines = [
+        "| streams | added TTFT p50 ms: OpenAI / Messages | Messages - OpenAI ms "
+        "| Messages / OpenAI | hop-added p50 ms: OpenAI / Messages | Messages - OpenAI ms "
+        "| Messages / OpenAI | gateway CPU us/token: OpenAI / Messages | Messages / OpenAI "
+        "| gateway CPU ms/req: OpenAI / Messages |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    verdicts: list[str] = []
+    for level in levels:
+        o, m = by_key[openai, level], by_key[messages, level]
+        (o_added, o_hop), (m_added, m_hop) = added[openai, level], added[messages, level]
+        cpu_ratio = ratio(m.cpu_us_per_token, o.cpu_us_per_token)
+        lines.append(
+            f"| {level} | {o_added:+.2f} / {m_added:+.2f} | {m_added - o_added:+.2f} "
+            f"| {ratio(m_added, o_added):.2f} | {o_hop:+.2f} / {m_hop:+.2f} "
+            f"| {m_hop - o_hop:+.2f} | {ratio(m_hop, o_hop):.2f} "
+            f"| {o.cpu_us_per_token:.1f} / {m.cpu_us_per_token:.1f} | {cpu_ratio:.2f} "
+            f"| {o.cpu_ms_per_request:.2f} / {m.cpu_ms_per_request:.2f} |"
+        )
+        if level == 1:
+            verdicts.append(
+                f"At 1 stream: added TTFT p50 Messages - OpenAI {m_added - o_added:+.2f} ms "
+                f"(hop-added {m_hop - o_hop:+.2f} ms; goal <= {GOAL_ADDED_TTFT_MS} ms), gateway "
+                f"CPU per relayed token {cpu_ratio:.2f}x (goal <= {GOAL_CPU_RATIO}x)."
+            )
+    return "\n".join(lines + (["", *verdicts] if verdicts else []))
+
+
+def _faces(text: str) -> tuple[Face, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in FACES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"--faces takes a comma-separated list of {', '.join(FACES)}; got {text!r}"
+        )
+    return tuple(face for face in FACES if face in names)
+
+
 def _parse(argv: list[str]) -> tuple[Config, Path | None]:
     parser = argparse.ArgumentParser(prog="python -m bench overhead", description=__doc__)
     parser.add_argument("--levels", type=int, nargs="+", default=list(DEFAULT_LEVELS))
@@ -384,6 +478,12 @@ def _parse(argv: list[str]) -> tuple[Config, Path | None]:
     parser.add_argument(
         "--reps", type=int, default=3, help="interleaved rounds per level, samples pooled"
     )
+    parser.add_argument(
+        "--faces",
+        type=_faces,
+        default=FACES,
+        help="the gateway's API faces to measure, comma-separated (default: openai,anthropic)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write results JSON here")
     args = parser.parse_args(argv)
     config = Config(
@@ -398,6 +498,7 @@ def _parse(argv: list[str]) -> tuple[Config, Path | None]:
         floor=args.floor,
         warmup=args.warmup,
         reps=max(1, args.reps),
+        faces=args.faces,
     )
     return config, args.out
 
@@ -406,10 +507,14 @@ def main(argv: list[str]) -> int:
     config, out = _parse(argv)
     results = run(config)
     print(table(results))
+    faces = face_table(results)
+    if faces:
+        print(f"\nThe Messages face next to the OpenAI face (same gateway process):\n\n{faces}")
     if out is not None:
         out.write_text(json.dumps([asdict(r) for r in results], indent=2))
     if config.profile:
-        print(profile(config, level=8))
+        for face in config.faces:
+            print(f"\ngateway profile, {face} face, 8 streams:\n{profile(config, 8, face=face)}")
     return 0
 
 
@@ -418,14 +523,18 @@ def report(out_dir: Path) -> str:
     config, _ = _parse([])
     results = run(config)
     (out_dir / "overhead.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
-    prof = profile(config, level=8, top=15)
-    (out_dir / "gateway-profile.txt").write_text(prof)
+    profiles = {"openai": "gateway-profile.txt", "anthropic": "gateway-messages-profile.txt"}
+    for face in config.faces:
+        (out_dir / profiles[face]).write_text(profile(config, level=8, top=15, face=face))
+    faces = face_table(results)
+    faces_section = f"The Messages face next to the OpenAI face:\n\n{faces}\n\n" if faces else ""
     return (
         "## Gateway overhead (direct vs gateway vs smg, same simulator)\n\n"
-        f"{table(results)}\n\n"
+        f"{table(results)}\n\n{faces_section}"
         "Client, simulator and hops share this machine's cores, so added TTFT includes CPU "
         f"contention; each level ran {config.reps} interleaved rounds per target, samples "
-        "pooled. Gateway profile at 8 streams: gateway-profile.txt.\n"
+        "pooled. Gateway profile at 8 streams: "
+        f"{', '.join(profiles[face] for face in config.faces)}.\n"
     )
 
 

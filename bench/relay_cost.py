@@ -4,10 +4,14 @@ An SGLang-shaped /generate response (cumulative `text` and `output_ids`, `meta_i
 chunk per token, a finish event, `[DONE]`) is fed to the engine connection's protocol
 callbacks one chunk per event-loop turn, as a socket would deliver it, and relayed by the real
 pieces: the wire client's parser, EngineStream, the core's Relay with the model family's output
-parser, and chunk building. Only the network is missing, on both sides (the client side is
-a `send` that drops the bytes), so this is the gateway's own work per event, warm, without
+parser, and the face's encoder. Only the network is missing, on both sides (the client side
+is a `send` that drops the bytes), so this is the gateway's own work per event, warm, without
 syscalls: the number to move when changing the relay. Median and best of `--rounds` answers
-of `--tokens` tokens, in microseconds per event.
+of `--tokens` tokens, in microseconds per event, for each face's encoder in the same run (the
+OpenAI face's ChunkBuilder, the Messages face's MessageStream with its keepalive task on, as
+the route runs it), the rounds alternating between them, and Messages / OpenAI. The timing
+starts once the response has started (the Messages face's message_start is sent), so it is
+the cost per engine event and the answer's end.
 """
 
 from __future__ import annotations
@@ -16,22 +20,28 @@ import argparse
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
 import orjson
 import uvloop
 
-from bench.stats import percentile
+from bench.stats import percentile, ratio
+from gateway.core.answer import StreamEncoder
+from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.relay import Relay
 from gateway.engine_stream import EngineStream
 from gateway.engine_wire import WirePool, WireResponse, _Connection
+from gateway.faces.anthropic.encode import MessageStream
 from gateway.faces.openai_chat.encode import ChunkBuilder
 from gateway.settings import Settings
 from gateway.state import build_state
 from gateway.stream.text_diff import TextDiffer
 
 MODEL = "glm-5.3-flash"
+# face -> the API label its requests are counted under
+FACES = {"openai": "openai", "messages": "anthropic"}
 _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
@@ -69,8 +79,24 @@ class _NoNetwork:
         return None
 
 
-async def _measure(tokens: int, rounds: int, sink: list[bytes] | None) -> list[float]:
-    state = build_state(Settings(engines=["http://127.0.0.1:9"]))
+def _encoders(settings: Settings) -> dict[str, tuple[Callable[[], StreamEncoder], float | None]]:
+    """face -> (a new request's stream encoder, the keepalive its route runs)."""
+    codec = ReasoningCodec.with_random_key(max_age_s=3600, max_text_bytes=1 << 20)
+    return {
+        "openai": (lambda: ChunkBuilder("chatcmpl-bench", 0, MODEL, include_usage=True), None),
+        "messages": (
+            lambda: MessageStream("msg_bench", MODEL, codec, ()),
+            settings.anthropic.keepalive_s,
+        ),
+    }
+
+
+async def _measure(
+    tokens: int, rounds: int, sinks: dict[str, list[bytes]]
+) -> dict[str, list[float]]:
+    settings = Settings(engines=["http://127.0.0.1:9"])
+    state = build_state(settings)
+    encoders = _encoders(settings)
     chunks = engine_chunks(tokens)
     pool = WirePool(
         max_connections=1,
@@ -82,46 +108,73 @@ async def _measure(tokens: int, rounds: int, sink: list[bytes] | None) -> list[f
     )
     loop = asyncio.get_running_loop()
 
-    async def drop(data: bytes, *, last: bool = False) -> None:
-        if sink is not None:
-            sink.append(data)
+    async def one(face: str) -> float:
+        sink = sinks.get(face)
 
-    per_event: list[float] = []
-    for _ in range(rounds):
+        async def drop(data: bytes, *, last: bool = False) -> None:
+            if sink is not None:
+                sink.append(data)
+
         conn = _Connection(loop, ("engine", 1))
         conn.connection_made(cast(asyncio.Transport, _NoNetwork()))
         conn.send(b"")
         conn.data_received(_HEAD)
         await pool._slots.acquire()  # released by the response's aclose, as in WirePool.post
         stream = EngineStream(WireResponse(pool, conn, 200), 1 << 20, first_deadline=None)
-        record = state.admit(MODEL, time.perf_counter(), "openai")
+        record = state.admit(MODEL, time.perf_counter(), FACES[face])
         parser = state.parser_factory(tools=None, tool_choice=None, starts_in_reasoning=True)
         relay = Relay(engine=stream, parser=parser, differ=TextDiffer(), record=record)
-        encoder = ChunkBuilder("chatcmpl-bench", 0, MODEL, include_usage=True)
-        task = loop.create_task(relay.stream(drop, encoder=encoder))
+        make_encoder, keepalive_s = encoders[face]
+        task = loop.create_task(relay.stream(drop, encoder=make_encoder(), keepalive_s=keepalive_s))
         await asyncio.sleep(0)
         started = time.process_time()
         for chunk in chunks:
             conn.data_received(chunk)
             await asyncio.sleep(0)  # one event-loop turn per network read
         await task
-        per_event.append((time.process_time() - started) / tokens * 1e6)
+        elapsed = time.process_time() - started
         state.release()
+        return elapsed / tokens * 1e6
+
+    per_event: dict[str, list[float]] = {face: [] for face in FACES}
+    for i in range(rounds):
+        # Alternating which face goes first: neither always runs right after the other.
+        order = list(FACES) if i % 2 == 0 else list(reversed(FACES))
+        for face in order:
+            per_event[face].append(await one(face))
     return per_event
 
 
-def measure(tokens: int, rounds: int, sink: list[bytes] | None = None) -> dict[str, float]:
-    """`sink` collects what the relay sent (tests check it)."""
-    results: list[float] = []
+def measure(
+    tokens: int,
+    rounds: int,
+    sink: list[bytes] | None = None,
+    *,
+    messages_sink: list[bytes] | None = None,
+) -> dict[str, float]:
+    """The OpenAI face's figures as before (`median_us_per_event`, `best_us_per_event`), the
+    Messages face's under `messages_`, and Messages / OpenAI. `sink` and `messages_sink`
+    collect what each face's relay sent (tests check them)."""
+    results: dict[str, list[float]] = {}
+    sinks = {
+        face: collected
+        for face, collected in (("openai", sink), ("messages", messages_sink))
+        if collected is not None
+    }
 
     async def run() -> None:
-        results.extend(await _measure(tokens, rounds, sink))
+        results.update(await _measure(tokens, rounds, sinks))
 
     uvloop.run(run())
+    openai, messages = results["openai"], results["messages"]
     return {
         "tokens": tokens,
-        "median_us_per_event": percentile(results, 50),
-        "best_us_per_event": min(results),
+        "median_us_per_event": percentile(openai, 50),
+        "best_us_per_event": min(openai),
+        "messages_median_us_per_event": percentile(messages, 50),
+        "messages_best_us_per_event": min(messages),
+        "messages_over_openai_median": ratio(percentile(messages, 50), percentile(openai, 50)),
+        "messages_over_openai_best": ratio(min(messages), min(openai)),
     }
 
 
@@ -136,7 +189,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _line(result: dict[str, float]) -> str:
     return (
         f"{result['tokens']:.0f}-token answers: {result['median_us_per_event']:.1f} µs CPU per "
-        f"engine event (median), {result['best_us_per_event']:.1f} µs best"
+        f"engine event (median), {result['best_us_per_event']:.1f} µs best (OpenAI face, "
+        f"ChunkBuilder); Messages face (MessageStream): "
+        f"{result['messages_median_us_per_event']:.1f} µs median, "
+        f"{result['messages_best_us_per_event']:.1f} µs best; Messages / OpenAI "
+        f"{result['messages_over_openai_median']:.2f} (median), "
+        f"{result['messages_over_openai_best']:.2f} (best)"
     )
 
 

@@ -1,14 +1,22 @@
-"""Token timing and counting from recorded OpenAI streams (bench.client)."""
+"""Token timing and counting from recorded OpenAI and Anthropic Messages streams
+(bench.client)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
 
 import bench.client
-from bench.client import StreamRecord, record_event, stream_chat
+from bench.client import (
+    StreamRecord,
+    record_event,
+    record_message_event,
+    stream_chat,
+    stream_messages,
+)
 
 
 def _chunk(**delta: object) -> dict[str, object]:
@@ -110,14 +118,14 @@ def test_error_event_is_recorded() -> None:
     assert not record.ok
 
 
-async def test_stream_chat_reads_to_the_end_and_keeps_its_connection(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """After [DONE] the client reads the chunked end, which here comes in a later write, as
-    the async openai client does: both requests take the one keep-alive connection."""
-    monkeypatch.setattr(bench.client, "DRAIN_S", 10.0)  # a loaded CI box may be slow
+async def _serve_twice(
+    events: bytes, requests: int, call: Callable[[httpx.AsyncClient, str], Awaitable[StreamRecord]]
+) -> tuple[list[StreamRecord], int, list[bytes]]:
+    """`requests` calls against a server that answers each with `events`, then the chunked end
+    in a later write; the records, how many connections it accepted, and the requests it read
+    (head and body)."""
     accepted = 0
-    event = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+    requests_read: list[bytes] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal accepted
@@ -132,10 +140,10 @@ async def test_stream_chat_reads_to_the_end_and_keeps_its_connection(
                 for line in head.split(b"\r\n")
                 if line.lower().startswith(b"content-length:")
             )
-            await reader.readexactly(length)
+            requests_read.append(head + await reader.readexactly(length))
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                b"transfer-encoding: chunked\r\n\r\n" + b"%x\r\n" % len(event) + event + b"\r\n"
+                b"transfer-encoding: chunked\r\n\r\n" + b"%x\r\n" % len(events) + events + b"\r\n"
             )
             await writer.drain()
             await asyncio.sleep(0.05)
@@ -144,11 +152,153 @@ async def test_stream_chat_reads_to_the_end_and_keeps_its_connection(
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
     try:
         async with httpx.AsyncClient() as client:
-            records = [await stream_chat(client, url, {"messages": []}) for _ in range(2)]
+            url = f"http://127.0.0.1:{port}"
+            records = [await call(client, url) for _ in range(requests)]
     finally:
         server.close()
+    return records, accepted, requests_read
+
+
+async def test_stream_chat_reads_to_the_end_and_keeps_its_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After [DONE] the client reads the chunked end, which here comes in a later write, as
+    the async openai client does: both requests take the one keep-alive connection."""
+    monkeypatch.setattr(bench.client, "DRAIN_S", 10.0)  # a loaded CI box may be slow
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+
+    def call(client: httpx.AsyncClient, url: str) -> Awaitable[StreamRecord]:
+        return stream_chat(client, url + "/v1/chat/completions", {"messages": []})
+
+    records, accepted, _ = await _serve_twice(event, 2, call)
     assert [(r.ok, r.content) for r in records] == [(True, ["hi"]), (True, ["hi"])]
     assert accepted == 1
+
+
+# -- Anthropic Messages ------------------------------------------------------------------
+
+
+def _block_delta(index: int, kind: str, **fields: object) -> dict[str, object]:
+    return {"type": "content_block_delta", "index": index, "delta": {"type": kind, **fields}}
+
+
+def _replay_messages(events: list[tuple[float, dict[str, object]]]) -> StreamRecord:
+    record = StreamRecord()
+    for elapsed, payload in events:
+        record_message_event(record, payload, elapsed)
+    record.ok = record.error is None
+    record.latency = events[-1][0]
+    return record
+
+
+def _message_start() -> dict[str, object]:
+    usage = {"input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 0}
+    return {"type": "message_start", "message": {"id": "msg_1", "content": [], "usage": usage}}
+
+
+def test_messages_ttft_is_the_first_content_block_delta() -> None:
+    thinking = {"type": "thinking", "thinking": "", "signature": ""}
+    record = _replay_messages(
+        [
+            (0.10, _message_start()),
+            (0.20, {"type": "ping"}),
+            (0.30, {"type": "content_block_start", "index": 0, "content_block": thinking}),
+            (0.50, _block_delta(0, "thinking_delta", thinking="Let")),
+            (0.55, _block_delta(0, "signature_delta", signature="fbx1.abc")),
+            (0.56, {"type": "content_block_stop", "index": 0}),
+            (
+                0.57,
+                {"type": "content_block_start", "index": 1, "content_block": {"type": "text"}},
+            ),
+            (0.60, _block_delta(1, "text_delta", text="Hi")),
+            (0.70, _block_delta(1, "text_delta", text=" there")),
+            (0.71, {"type": "content_block_stop", "index": 1}),
+            (
+                0.72,
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {
+                        "input_tokens": 14,
+                        "cache_creation_input_tokens": 0,
+                        "cache_read_input_tokens": 16,
+                        "output_tokens": 3,
+                    },
+                },
+            ),
+            (0.73, {"type": "message_stop"}),
+        ]
+    )
+    assert record.ttft == 0.50
+    # The signature is not a token: three token-carrying deltas.
+    assert record.token_chunk_times == [0.50, 0.60, 0.70]
+    assert record.reasoning == ["Let"]
+    assert record.content == ["Hi", " there"]
+    # Anthropic's input_tokens leaves out what the cache served; prompt_tokens is all of it.
+    assert (record.prompt_tokens, record.cached_tokens, record.completion_tokens) == (30, 16, 3)
+    assert record.tpot == pytest.approx((0.73 - 0.50) / 2)
+
+
+def test_messages_tool_use_is_assembled_in_openai_shape() -> None:
+    tool = {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}
+    record = _replay_messages(
+        [
+            (0.2, {"type": "content_block_start", "index": 0, "content_block": tool}),
+            (0.3, _block_delta(0, "input_json_delta", partial_json="")),
+            (0.4, _block_delta(0, "input_json_delta", partial_json='{"path": ')),
+            (0.5, _block_delta(0, "input_json_delta", partial_json='"a.py"}')),
+        ]
+    )
+    assert record.ttft == 0.4  # an empty fragment carries nothing
+    assert record.tool_calls == {
+        0: {
+            "id": "toolu_1",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+        }
+    }
+
+
+def test_messages_error_event_is_recorded() -> None:
+    error: dict[str, object] = {
+        "type": "error",
+        "error": {"type": "api_error", "message": "engine died"},
+    }
+    record = _replay_messages([(0.1, _message_start()), (0.2, error)])
+    assert record.error == "engine died"
+    assert not record.ok
+
+
+async def test_stream_messages_ends_at_message_stop_and_keeps_its_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The answer ends at message_stop; the client then reads the chunked end (a later write)
+    as stream_chat does, so both requests take one connection; it sends stream: true and
+    anthropic-version."""
+    monkeypatch.setattr(bench.client, "DRAIN_S", 10.0)  # a loaded CI box may be slow
+    events = (
+        b'event: message_start\ndata: {"type":"message_start","message":{"usage":{}}}\n\n'
+        b"event: content_block_start\n"
+        b'data: {"type":"content_block_start","index":0,"content_block":{"type":"text"}}\n\n'
+        b"event: content_block_delta\n"
+        b'data: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"hi"}}\n\n'
+        b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+        b"event: message_delta\n"
+        b'data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+        b'"usage":{"input_tokens":5,"output_tokens":1}}\n\n'
+        b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    )
+    body = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "x"}]}
+
+    def call(client: httpx.AsyncClient, url: str) -> Awaitable[StreamRecord]:
+        return stream_messages(client, url + "/v1/messages", body)
+
+    records, accepted, requests_read = await _serve_twice(events, 2, call)
+    assert [(r.ok, r.content, r.completion_tokens) for r in records] == [(True, ["hi"], 1)] * 2
+    assert all(r.ttft is not None and r.ttft <= r.latency for r in records)
+    assert accepted == 1
+    assert b"anthropic-version: 2023-06-01" in requests_read[0].lower()
+    assert requests_read[0].endswith(b'"stream":true}')

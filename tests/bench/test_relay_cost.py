@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from bench.relay_cost import measure
@@ -25,3 +27,32 @@ def test_the_answer_is_relayed_whole_and_timed() -> None:
     assert content.strip() == "".join(WORDS[i % 6] for i in range(5, 16)).strip()
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
     assert chunks[-1]["usage"]["completion_tokens"] == 16
+
+
+def test_the_messages_face_relays_the_same_answer_and_is_compared() -> None:
+    sent: list[bytes] = []
+    result = measure(tokens=16, rounds=2, messages_sink=sent)
+    assert 0 < result["messages_best_us_per_event"] <= result["messages_median_us_per_event"]
+    assert result["messages_over_openai_median"] > 0
+    frames = [frame for chunk in sent for frame in chunk.split(b"\n\n") if frame]
+    events = [orjson.loads(frame.split(b"\ndata: ", 1)[1]) for frame in frames]
+    answers: list[list[dict[str, Any]]] = []
+    for event in events:
+        if event["type"] == "message_start":
+            answers.append([])
+        if event["type"] != "ping":
+            answers[-1].append(event)
+    assert len(answers) == 2  # one per round
+    for answer in answers:
+        assert [e["type"] for e in answer][-2:] == ["message_delta", "message_stop"]
+        deltas = [e["delta"] for e in answer if e["type"] == "content_block_delta"]
+        thinking = "".join(d.get("thinking") or "" for d in deltas)
+        text = "".join(d.get("text") or "" for d in deltas)
+        # The same answer as the OpenAI face's (bench.relay_cost.engine_chunks).
+        assert thinking.strip() == "".join(WORDS[i % 6] for i in range(4)).strip()
+        assert text.strip() == "".join(WORDS[i % 6] for i in range(5, 16)).strip()
+        signatures = [d["signature"] for d in deltas if d["type"] == "signature_delta"]
+        assert len(signatures) == 1
+        assert signatures[0].startswith("fbx1.")
+        assert answer[-2]["delta"]["stop_reason"] == "end_turn"
+        assert answer[-2]["usage"]["output_tokens"] == 16
