@@ -20,11 +20,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway import state as app_state
 from gateway.admission import AdmissionController, AdmissionMiddleware
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
-from gateway.faces import ENDPOINTS, Endpoint, error_body, is_anthropic_path
 from gateway.faces.anthropic import errors as anthropic_errors
 from gateway.faces.anthropic import route as anthropic_route
 from gateway.faces.openai_chat import route as chat
 from gateway.faces.openai_chat.protocol import ChatCompletionRequest
+from gateway.faces.registry import ENDPOINTS, Endpoint, error_body, is_anthropic_path
+from gateway.faces.responses import route as responses_route
 from gateway.middleware import RequestContextMiddleware
 from gateway.routes import admin, health, metrics, models
 from gateway.routes.deps import error_response
@@ -196,7 +197,7 @@ def create_app(
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
-    for module in (chat, anthropic_route, models, health, metrics, admin):
+    for module in (chat, anthropic_route, responses_route, models, health, metrics, admin):
         app.include_router(module.router)
     # The last added runs first: CORS, then request context (arrival time, request id,
     # header bounds). GatewayApp takes chat requests through these and then admission (whose

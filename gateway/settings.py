@@ -228,6 +228,18 @@ class AnthropicSettings(_Section):
     drop_system_prefixes: list[str] = Field(default_factory=lambda: ["x-anthropic-billing-header:"])
 
 
+class ResponsesSettings(_Section):
+    """The OpenAI Responses face (/v1/responses): keep-alive and the bounded response store."""
+
+    # A response.in_progress event after this many seconds without one (Codex's stream idle
+    # timeout is 300 s; a cold prefill of a long session takes minutes).
+    keepalive_s: float = Field(default=10.0, gt=0)
+    # `store: true` responses kept for GET and previous_response_id; oldest evicted first.
+    store_max_entries: int = Field(default=1024, ge=0)
+    store_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    store_ttl_s: float = Field(default=3600.0, gt=0)
+
+
 class ShutdownSettings(_Section):
     # After SIGTERM: in-flight requests get this long to finish; the rest are aborted.
     grace_s: float = Field(default=30.0, ge=0)
@@ -263,6 +275,7 @@ class Settings(BaseSettings):
     shutdown: ShutdownSettings = Field(default_factory=ShutdownSettings)
     reasoning: ReasoningSettings = Field(default_factory=ReasoningSettings)
     anthropic: AnthropicSettings = Field(default_factory=AnthropicSettings)
+    responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
     # Passed as-is to gateway.render's own settings model (RenderSettings), which validates it.
     render: dict[str, Any] = Field(default_factory=dict)
 

@@ -14,6 +14,7 @@ from gateway.components import load_constraint_builder, load_parser_factory, loa
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.relay import error_kind
 from gateway.errors import GatewayError
+from gateway.faces.responses.store import ResponseStore
 from gateway.observability.metrics import Metrics
 from gateway.observability.timeline import RequestRecord
 from gateway.parsers.base import ParserFactory
@@ -40,6 +41,7 @@ class AppState:
     parser_factory: ParserFactory
     constraint_builder: DecodingConstraintBuilder
     reasoning_codec: ReasoningCodec
+    responses: ResponseStore
     in_flight: int = 0
     # Fire-and-forget work (abort_request calls) kept referenced until done.
     background: set[asyncio.Task[bool]] = field(default_factory=set)
@@ -84,6 +86,11 @@ def build_state(
         parser_factory=load_parser_factory(settings.model.family),
         constraint_builder=load_constraint_builder(settings.model.family),
         reasoning_codec=_reasoning_codec(settings),
+        responses=ResponseStore(
+            max_entries=settings.responses.store_max_entries,
+            max_bytes=settings.responses.store_max_bytes,
+            ttl_s=settings.responses.store_ttl_s,
+        ),
     )
 
 

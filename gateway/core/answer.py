@@ -21,6 +21,9 @@ class Usage:
     prompt_tokens: int  # all of the prompt, cached or not
     completion_tokens: int
     cached_tokens: int  # served from the engine's prefix cache
+    # Completion tokens up to the end of the reasoning, as counted at the engine event that
+    # ended it (exact to within that event's tokens; events carry one token or a few).
+    reasoning_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +55,8 @@ class StreamEncoder(Protocol):
         ...
 
     def keepalive(self) -> bytes | None:
-        """A frame for long silences (prefill), or None when the face sends none."""
+        """A frame for long silences (prefill), or None when the face sends none; called for
+        each frame sent (a frame may carry a sequence number)."""
         ...
 
 

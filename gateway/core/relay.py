@@ -49,6 +49,8 @@ class Relay:
         self.failed = False
         self._scan_firsts = True
         self._usage: Usage | None = None
+        self._reasoning_open = True
+        self._reasoning_tokens = 0
         # When the last bytes went to the client (keepalive frames fill long silences).
         self._last_write = 0.0
 
@@ -70,7 +72,18 @@ class Relay:
             parsed += self._parser.finish()
         if parsed and self._scan_firsts:
             self._note_firsts(parsed, now)
+        if parsed and self._reasoning_open:
+            self._note_reasoning(parsed, event)
         return parsed
+
+    def _note_reasoning(self, parsed: list[ParsedDelta], event: EngineEvent) -> None:
+        """While the answer reasons (GLM reasons first), the completion tokens so far."""
+        if all(type(delta) is ReasoningDelta for delta in parsed):
+            self._reasoning_tokens = event.completion_tokens or self._reasoning_tokens
+            return
+        self._reasoning_open = False
+        if type(parsed[0]) is ReasoningDelta:
+            self._reasoning_tokens = event.completion_tokens or self._reasoning_tokens
 
     def _note_firsts(self, parsed: list[ParsedDelta], now: float) -> None:
         record = self._record
@@ -120,6 +133,7 @@ class Relay:
             prompt_tokens=_int(meta.get("prompt_tokens")),
             completion_tokens=_int(meta.get("completion_tokens")),
             cached_tokens=_int(meta.get("cached_tokens")),
+            reasoning_tokens=self._reasoning_tokens,
         )
         record.prompt_tokens = usage.prompt_tokens
         record.completion_tokens = usage.completion_tokens
@@ -142,37 +156,47 @@ class Relay:
 
         With `keepalive_s` and a face that has a keepalive frame, a task sends one whenever
         nothing was written for that long (a long prefill, a long silence mid-answer); faces
-        without one (OpenAI) run no task at all.
+        without one (OpenAI) run no task at all. Frames may be numbered (the Responses API's
+        sequence_number), so with a keepalive task each frame is made and sent under one lock.
         """
         opening = encoder.start()
         if opening:
             await send(opening)
         self._last_write = time.monotonic()
-        frame = encoder.keepalive() if keepalive_s else None
-        pinger = None
-        if frame is not None and keepalive_s:
-            pinger = asyncio.create_task(self._keepalive(send, frame, keepalive_s))
+        pinger, lock = None, None
+        if keepalive_s and encoder.keepalive() is not None:
+            lock = asyncio.Lock()
+            pinger = asyncio.create_task(self._keepalive(send, encoder, keepalive_s, lock))
         try:
-            await self._stream(send, encoder, pinger)
+            await self._stream(send, encoder, pinger, lock)
         finally:
             if pinger is not None:
                 pinger.cancel()
             await self._engine.aclose()
 
     async def _stream(
-        self, send: SendBytes, encoder: StreamEncoder, pinger: asyncio.Task[None] | None
+        self,
+        send: SendBytes,
+        encoder: StreamEncoder,
+        pinger: asyncio.Task[None] | None,
+        lock: asyncio.Lock | None,
     ) -> None:
-        # Only a keepalive task reads when the last write was (faces without one skip the clock).
-        clock = time.monotonic if pinger is not None else None
         try:
             async for event in self._engine.events():
                 parsed = self._on_event(event)
-                if parsed:
+                if not parsed:
+                    continue
+                if lock is None:
                     data = encoder.deltas(parsed)
                     if data:
-                        if clock is not None:
-                            self._last_write = clock()
                         await send(data)
+                    continue
+                async with lock:
+                    data = encoder.deltas(parsed)
+                    if data:
+                        self._last_write = time.monotonic()
+                        await send(data)
+            await _stop(pinger)
             if self._finish is None:
                 parsed = self._end()
                 if parsed:
@@ -180,7 +204,6 @@ class Relay:
                     if data:
                         await send(data)
             tail = encoder.finish(self._finished())
-            await _stop(pinger)
             # The end of the response goes out with the last event, in one write and before
             # the record is finished: a client that reads to the end is done at once.
             await send(tail, last=True)
@@ -193,17 +216,23 @@ class Relay:
         else:
             self._record.finish(200)
 
-    async def _keepalive(self, send: SendBytes, frame: bytes, interval: float) -> None:
+    async def _keepalive(
+        self, send: SendBytes, encoder: StreamEncoder, interval: float, lock: asyncio.Lock
+    ) -> None:
         while True:
             quiet = time.monotonic() - self._last_write
             if quiet < interval:
                 await asyncio.sleep(interval - quiet)
                 continue
-            self._last_write = time.monotonic()
-            try:
-                await send(frame)
-            except OSError:
-                return  # the connection is gone; the relay's own write or the watcher sees it
+            async with lock:
+                frame = encoder.keepalive()
+                if frame is None:
+                    return
+                self._last_write = time.monotonic()
+                try:
+                    await send(frame)
+                except OSError:
+                    return  # the connection is gone; the relay's own write or the watcher sees it
 
     # -- one-shot -------------------------------------------------------------------------
 

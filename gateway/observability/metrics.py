@@ -152,6 +152,14 @@ class Metrics:
         self.admission_queued = Gauge(
             "flashbox_admission_queued", "Chat requests waiting for a slot now.", registry=reg
         )
+        self.response_store_entries = Gauge(
+            "flashbox_response_store_entries",
+            "Responses kept for previous_response_id and GET /v1/responses/{id}.",
+            registry=reg,
+        )
+        self.response_store_bytes = Gauge(
+            "flashbox_response_store_bytes", "Size of the kept responses.", registry=reg
+        )
         for phase in ABORT_PHASES:
             self.upstream_aborts.labels(phase=phase)
 

@@ -1,0 +1,238 @@
+"""The OpenAI Responses face's HTTP surface: POST /v1/responses (hop 1 here, the rest in the
+core's Run), GET and DELETE /v1/responses/{id} for stored responses. Errors are OpenAI's JSON.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from fastapi import APIRouter
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.core.request import CoreRequest, Sampling, SessionHints
+from gateway.core.run import Run
+from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError, NotFoundError
+from gateway.faces.openai_chat.input import (
+    check_counts,
+    load_json_body,
+    read_body,
+    validation_message,
+)
+from gateway.faces.responses.convert import (
+    convert_input,
+    convert_tool_choice,
+    convert_tools,
+    effort,
+)
+from gateway.faces.responses.encode import ResponseInfo, ResponsesAnswer
+from gateway.faces.responses.protocol import ResponsesRequest
+from gateway.routes.deps import app_state, error_response
+from gateway.state import AppState
+
+API = "responses"
+router = APIRouter()
+
+_WANTED = (b"authorization", b"content-length", b"x-session-id", b"session_id", b"session-id")
+# What the response object echoes back of the request, as the client sent it.
+_ECHO = (
+    "instructions",
+    "max_output_tokens",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "reasoning",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_p",
+    "metadata",
+    "store",
+)
+
+
+def _headers(scope_headers: Sequence[tuple[bytes, bytes]]) -> dict[bytes, str]:
+    found: dict[bytes, str] = {}
+    for name, value in scope_headers:
+        if name in _WANTED and name not in found:
+            found[name] = value.decode("latin-1")
+    return found
+
+
+def _history(state: AppState, request: ResponsesRequest) -> list[Any]:
+    """The conversation a previous_response_id names, before this request's input."""
+    previous = request.previous_response_id
+    if previous is None:
+        return []
+    stored = state.responses.get(previous)
+    if stored is None:
+        raise InvalidRequestError(
+            f"Previous response with id '{previous}' not found: it was never stored here, "
+            "was deleted, or was evicted from the bounded store (responses.store_* settings); "
+            "send the whole conversation as input instead.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    return list(stored.conversation)
+
+
+def _echo(request: ResponsesRequest, raw: dict[str, Any]) -> dict[str, Any]:
+    echo = {key: raw.get(key) for key in _ECHO}
+    echo["tools"] = raw.get("tools") or []
+    echo["tool_choice"] = raw.get("tool_choice") or "auto"
+    echo["parallel_tool_calls"] = request.parallel_tool_calls is not False
+    echo["store"] = request.store
+    echo["metadata"] = raw.get("metadata") or {}
+    return echo
+
+
+async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
+    scope_state = scope["state"]
+    headers = _headers(scope["headers"])
+    model = "unknown"
+    settings = state.settings
+    try:
+        state.auth.check(headers.get(b"authorization"))
+        limits = settings.limits
+        body = await read_body(receive, headers.get(b"content-length"), limits.max_body_bytes)
+        raw = load_json_body(body, limits)
+        if isinstance(raw.get("input"), list) and len(raw["input"]) > limits.max_messages:
+            raise InvalidRequestError(
+                f"Too many input items: {len(raw['input'])} > {limits.max_messages}.",
+                param="input",
+            )
+        check_counts(raw, limits)
+        try:
+            request = ResponsesRequest.model_validate(raw)
+        except ValidationError as exc:
+            text, param = validation_message(exc)
+            raise InvalidRequestError(text, param=param, code="invalid_value") from exc
+        core, names, conversation = _core(state, request, raw, len(body), headers)
+        # Any model name is served by the served model, echoed back in the answer.
+        model = settings.model.served_names[0]
+        record = state.admit(model, scope_state["arrival"], API)
+    except GatewayError as exc:
+        state.refused(model, exc, API)
+        raise
+    except ClientDisconnected:
+        state.metrics.requests.labels(model=model, code="499", api=API).inc()
+        raise
+
+    def stored(response: dict[str, Any]) -> None:
+        store = state.responses
+        store.put(response, [*conversation, *response["output"]])
+        state.metrics.response_store_entries.set(len(store))
+        state.metrics.response_store_bytes.set(store.bytes)
+
+    info = ResponseInfo(
+        response_id=f"resp_{scope_state['rid']}",
+        model=request.model,
+        created_at=int(time.time()),
+        echo=_echo(request, raw),
+    )
+    answer = ResponsesAnswer(
+        rid=scope_state["rid"],
+        info=info,
+        codec=state.reasoning_codec,
+        names=names,
+        on_done=stored if request.store else None,
+    )
+    run = Run(state, core, answer, record, scope_state, keepalive_s=settings.responses.keepalive_s)
+    return await run.respond(receive)
+
+
+def _core(
+    state: AppState,
+    request: ResponsesRequest,
+    raw: dict[str, Any],
+    size: int,
+    headers: dict[bytes, str],
+) -> tuple[CoreRequest, Any, list[Any]]:
+    tools, names = convert_tools(request.tools)
+    items = request.input
+    current = [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
+    conversation = [*_history(state, request), *current]
+    messages = convert_input(request.instructions, conversation, state.reasoning_codec, names)
+    kwargs, thinking = effort(request.reasoning.effort if request.reasoning else None)
+    fmt = request.text.format if request.text is not None else None
+    schema = None
+    if fmt is not None and fmt.type == "json_schema":
+        schema = orjson.dumps(fmt.schema_ or {"type": "object"}).decode()
+    elif fmt is not None and fmt.type == "json_object":
+        schema = '{"type": "object"}'
+    settings = state.settings
+    max_tokens = request.max_output_tokens
+    if max_tokens is not None:
+        max_tokens = min(max_tokens, settings.limits.max_tokens)
+    session = (
+        headers.get(b"session_id")
+        or headers.get(b"session-id")
+        or headers.get(b"x-session-id")
+        or request.prompt_cache_key
+    )
+    extra = request.model_extra or {}
+    core = CoreRequest(
+        api=API,
+        model=request.model,
+        messages=messages,
+        tools=tools or None,
+        tool_choice=convert_tool_choice(request.tool_choice, names) if tools else None,
+        template_kwargs=kwargs,
+        sampling=Sampling(
+            max_tokens=max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            json_schema=schema,
+        ),
+        stream=request.stream,
+        session=SessionHints(header=session, body={"user": request.user} if request.user else {}),
+        body_bytes=size,
+        thinking=thinking,
+        clamp_max_tokens=True,
+        custom_params=extra.get("custom_params"),
+    )
+    return core, names, conversation
+
+
+async def serve_responses(scope: Scope, receive: Receive, send: Send) -> None:
+    """POST /v1/responses as a bare ASGI app."""
+    try:
+        response = await _respond(scope["app"].state.flashbox, scope, receive)
+    except GatewayError as exc:
+        response = error_response(exc)
+    except ClientDisconnected:
+        return
+    await response(scope, receive, send)
+
+
+def _stored_or_404(request: Request, response_id: str) -> dict[str, Any]:
+    state = app_state(request)
+    state.auth.check(request.headers.get("authorization"))
+    stored = state.responses.get(response_id)
+    if stored is None:
+        raise NotFoundError(
+            f"No response with id '{response_id}' is stored here (never stored, deleted, "
+            "or evicted from the bounded store).",
+            param="response_id",
+        )
+    return stored.response
+
+
+@router.get("/v1/responses/{response_id}")
+async def get_response(request: Request, response_id: str) -> JSONResponse:
+    return JSONResponse(_stored_or_404(request, response_id))
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(request: Request, response_id: str) -> JSONResponse:
+    _stored_or_404(request, response_id)
+    state = app_state(request)
+    state.responses.delete(response_id)
+    state.metrics.response_store_entries.set(len(state.responses))
+    state.metrics.response_store_bytes.set(state.responses.bytes)
+    return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
