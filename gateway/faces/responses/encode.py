@@ -92,7 +92,6 @@ class ItemWriter:
     def index(self) -> int:
         return len(self.items)
 
-
     def feed(self, deltas: list[ParsedDelta]) -> list[Event]:
         events: list[Event] = []
         for delta in deltas:
