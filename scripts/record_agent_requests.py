@@ -1,4 +1,4 @@
-"""A stand-in Anthropic API that records every request an agent CLI sends to it.
+"""A stand-in Anthropic and OpenAI Responses API that records every request an agent CLI sends.
 
     python -m scripts.record_agent_requests --port P --out DIR [--read-file PATH | --tool-call JSON]
 
@@ -7,16 +7,22 @@ Each request is written to DIR as `NNN-<method>-<path>.json` holding {"method", 
 values, and the body is the parsed JSON (or the raw text when it is not JSON). In tests,
 `serving(out_dir, tool_call)` runs the same server from a thread on a free port.
 
-Answers follow the Anthropic Messages API:
+Answers follow the Anthropic Messages API and, under `/v1/responses`, OpenAI's Responses API:
 - `HEAD /api/hello` (and GET): 200, empty.
 - `POST /v1/messages/count_tokens`: `{"input_tokens": len(body) // 4}`.
-- `POST /v1/messages` (any query): an SSE stream, or one JSON message when `stream` is false.
-  A request that offers the configured tool and whose last message carries no `tool_result`
-  gets a `thinking` block (signature THINKING_SIGNATURE) then a `tool_use` of that tool: by
+- `POST /v1/messages` (any query): an SSE stream, or one JSON message when `stream` is false
+  (scripts/messages_answers.py). A request that offers the configured tool and whose last
+  message carries no `tool_result` gets a `thinking` block then a `tool_use` of that tool: by
   default Read of `--read-file`, which Claude Code runs without asking. Every other request
   (the turn that carries the tool_result, a subagent without the tool, auxiliary calls) gets
   one `text` block.
-- anything else: 404 with Anthropic's error envelope.
+- `POST /v1/responses`: streamed or not (scripts/responses_answers.py). A request that offers
+  the configured tool gets a reasoning item then a call of it: a `function_call` (the `input`
+  object as JSON `arguments`, with the call's `namespace` if it names one) or, for a string
+  `input`, a `custom_tool_call`. The request carrying that call's output, and every other one,
+  gets one assistant message.
+- `GET /v1/models`: an OpenAI model list holding the served model.
+- anything else: 404 with Anthropic's error envelope (OpenAI's under `/v1/responses`).
 
 The first line printed to stdout is `listening on http://HOST:PORT` once the socket is bound.
 """
@@ -35,108 +41,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from scripts import messages_answers, responses_answers
+
 # Credentials never reach the recording: which header carried one is kept, its value is not.
 CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "proxy-authorization", "cookie"})
 REDACTED = "<redacted>"
-THINKING_TEXT = "The user wants the file read first; I will call Read on it."
-THINKING_SIGNATURE = "recorder-signature-0001"
-TOOL_USE_ID = "toolu_01RecorderReadCall0001"
-FINAL_TEXT = "Done: I read the file."
-AUX_TEXT = "Recorded answer."
+MODEL = "glm-5.3-flash"
 
 
 def _sse(event: Mapping[str, Any]) -> bytes:
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
-
-
-def _usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
-    return {
-        "input_tokens": input_tokens,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
-        "output_tokens": output_tokens,
-    }
-
-
-def _last_message_has_tool_result(body: Mapping[str, Any]) -> bool:
-    messages = body.get("messages") or []
-    if not messages:
-        return False
-    content = messages[-1].get("content")
-    return isinstance(content, list) and any(
-        isinstance(block, dict) and block.get("type") == "tool_result" for block in content
-    )
-
-
-def _offers_tool(body: Mapping[str, Any], name: str) -> bool:
-    return any(
-        isinstance(tool, dict) and tool.get("name") == name for tool in body.get("tools") or []
-    )
-
-
-def answer_blocks(
-    body: Mapping[str, Any], tool_call: Mapping[str, Any]
-) -> tuple[list[dict[str, Any]], str]:
-    """The content blocks and stop_reason for one /v1/messages request."""
-    if _offers_tool(body, tool_call["name"]) and not _last_message_has_tool_result(body):
-        return [
-            {"type": "thinking", "thinking": THINKING_TEXT, "signature": THINKING_SIGNATURE},
-            {"type": "tool_use", "id": TOOL_USE_ID, **tool_call},
-        ], "tool_use"
-    text = FINAL_TEXT if _last_message_has_tool_result(body) else AUX_TEXT
-    return [{"type": "text", "text": text}], "end_turn"
-
-
-def _output_tokens(blocks: list[dict[str, Any]]) -> int:
-    return sum(len(json.dumps(block)) // 4 for block in blocks)
-
-
-def stream_events(
-    message_id: str, model: str, blocks: list[dict[str, Any]], stop_reason: str, input_tokens: int
-) -> Iterator[dict[str, Any]]:
-    """The Messages streaming event sequence for a finished list of content blocks."""
-    output_tokens = _output_tokens(blocks)
-    yield {
-        "type": "message_start",
-        "message": {
-            "id": message_id,
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": _usage(input_tokens, 1),
-        },
-    }
-    yield {"type": "ping"}
-    for index, block in enumerate(blocks):
-        kind = block["type"]
-        if kind == "thinking":
-            start: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
-            deltas: list[dict[str, Any]] = [
-                {"type": "thinking_delta", "thinking": block["thinking"]},
-                {"type": "signature_delta", "signature": block["signature"]},
-            ]
-        elif kind == "tool_use":
-            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-            deltas = [
-                {"type": "input_json_delta", "partial_json": ""},
-                {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
-            ]
-        else:
-            start = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": block["text"]}]
-        yield {"type": "content_block_start", "index": index, "content_block": start}
-        for delta in deltas:
-            yield {"type": "content_block_delta", "index": index, "delta": delta}
-        yield {"type": "content_block_stop", "index": index}
-    yield {
-        "type": "message_delta",
-        "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-        "usage": {"output_tokens": output_tokens},
-    }
-    yield {"type": "message_stop"}
 
 
 def _file_name(seq: int, method: str, path: str) -> str:
@@ -208,16 +122,28 @@ class RecordingHandler(BaseHTTPRequestHandler):
             self.wfile.write(payload)
 
     def _not_found(self) -> None:
-        error = {
-            "type": "error",
-            "error": {"type": "not_found_error", "message": f"no route for {self.path}"},
-        }
+        message = f"no route for {self.path}"
+        error: dict[str, Any] = {"type": "error", "error": {"type": "not_found_error"}}
+        if self.path.startswith("/v1/responses"):
+            error = {"error": {"type": "invalid_request_error", "param": None, "code": None}}
+        error["error"]["message"] = message
         self._send(404, json.dumps(error).encode())
+
+    def _stream(self, events: Iterator[Mapping[str, Any]]) -> None:
+        frames = [_sse(event) for event in events]
+        # Frame by frame, as a live stream arrives (the length is known, so no chunking).
+        self._start(200, "text/event-stream", sum(len(frame) for frame in frames))
+        for frame in frames:
+            self.wfile.write(frame)
 
     def do_HEAD(self) -> None:
         self._read_and_record()
-        if self.path.split("?", 1)[0] == "/api/hello":
+        route = self.path.split("?", 1)[0]
+        if route == "/api/hello":
             self._send(200, b"")
+        elif route == "/v1/models":
+            model = {"id": MODEL, "object": "model", "created": 0, "owned_by": "flashbox"}
+            self._send(200, json.dumps({"object": "list", "data": [model]}).encode())
         else:
             self._not_found()
 
@@ -231,34 +157,35 @@ class RecordingHandler(BaseHTTPRequestHandler):
             self._send(200, json.dumps({"input_tokens": length // 4}).encode())
         elif route == "/v1/messages" and isinstance(body, dict):
             self._answer_messages(body, input_tokens=length // 4)
+        elif route == "/v1/responses" and isinstance(body, dict):
+            self._answer_responses(body, input_tokens=length // 4)
         else:
             self._not_found()
 
     def _answer_messages(self, body: dict[str, Any], input_tokens: int) -> None:
-        blocks, stop_reason = answer_blocks(body, self.server.tool_call)
+        blocks, stop_reason = messages_answers.answer_blocks(body, self.server.tool_call)
         model = str(body.get("model", "unknown"))
         message_id = f"msg_recorder{time.time_ns()}"
-        if not body.get("stream"):
-            message = {
-                "id": message_id,
-                "type": "message",
-                "role": "assistant",
-                "model": model,
-                "content": blocks,
-                "stop_reason": stop_reason,
-                "stop_sequence": None,
-                "usage": _usage(input_tokens, _output_tokens(blocks)),
-            }
-            self._send(200, json.dumps(message).encode())
+        if body.get("stream"):
+            events = messages_answers.stream_events(
+                message_id, model, blocks, stop_reason, input_tokens
+            )
+            self._stream(events)
             return
-        frames = [
-            _sse(event)
-            for event in stream_events(message_id, model, blocks, stop_reason, input_tokens)
-        ]
-        # Frame by frame, as a live stream arrives (the length is known, so no chunking).
-        self._start(200, "text/event-stream", sum(len(frame) for frame in frames))
-        for frame in frames:
-            self.wfile.write(frame)
+        message = messages_answers.message_object(
+            message_id, model, blocks, stop_reason, input_tokens
+        )
+        self._send(200, json.dumps(message).encode())
+
+    def _answer_responses(self, body: dict[str, Any], input_tokens: int) -> None:
+        items = responses_answers.answer_items(body, self.server.tool_call)
+        response_id = f"resp_recorder{time.time_ns()}"
+        if body.get("stream"):
+            self._stream(responses_answers.stream_events(response_id, body, items, input_tokens))
+            return
+        usage = responses_answers.response_usage(input_tokens, items)
+        response = responses_answers.response_object(response_id, body, "completed", items, usage)
+        self._send(200, json.dumps(response).encode())
 
 
 @contextlib.contextmanager
@@ -288,7 +215,10 @@ def main() -> int:
     parser.add_argument(
         "--tool-call",
         type=json.loads,
-        help='the first answer\'s tool_use instead of Read, as JSON: {"name": ..., "input": {...}}',
+        help=(
+            'the first answer\'s tool call instead of Read, as JSON: {"name": ..., "input": ...};'
+            ' for /v1/responses also "namespace", and a string input makes a custom tool call'
+        ),
     )
     args = parser.parse_args()
     tool_call = args.tool_call or {"name": "Read", "input": {"file_path": args.read_file}}

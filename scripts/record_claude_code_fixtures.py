@@ -5,19 +5,19 @@
 Runs the pinned CLI (tests/support/agent_cli.py) headless against the recording server of
 scripts/record_agent_requests.py, once per scenario, then rewrites every recorded request.
 Prose (system prompt text, tool and schema descriptions, user text, file contents, thinking
-text, tool inputs) becomes synthetic text of the same length and shape: each word becomes a
-made-up word of the same length and case; digits, punctuation, whitespace and tags such as
-<system-reminder> stay. Ids (session, prompt, agent, device, the billing block's fingerprint)
-become synthetic ids of the same format. Structure is kept exactly: block types and order,
-cache_control, the billing block's format, role "system" messages, tool names and schemas,
-top-level fields, and headers (less host and content-length, which describe the recording's
-connection; credential headers are recorded with a placeholder value).
+text, tool inputs) becomes synthetic text of the same length and shape
+(scripts/fixture_synth.py): each word becomes a made-up word of the same length and case;
+digits, punctuation, whitespace and tags such as <system-reminder> stay. Ids (session, prompt,
+agent, device, the billing block's fingerprint) become synthetic ids of the same format.
+Structure is kept exactly: block types and order, cache_control, the billing block's format,
+role "system" messages, tool names and schemas, top-level fields, and headers (less host and
+content-length, which describe the recording's connection; credential headers are recorded
+with a placeholder value).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import shutil
@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scripts import fixture_synth
+from scripts.fixture_synth import synth_schema, synth_text, synth_values, write_fixtures
 from scripts.record_agent_requests import serving
 from tests.support.agent_cli import (
     CLAUDE_CODE_VERSION,
@@ -41,17 +43,8 @@ FIXTURES_DIR = REPO_ROOT / "tests" / "fixtures" / "claude_code"
 API_KEY = "flashbox-recording-key-0000"
 NOTES_TEXT = "The build passes on the second try.\nCheck the cache folder first.\n"
 DROPPED_HEADERS = frozenset({"host", "content-length"})
-# Words map to synthetic words through a keyed hash: equal text stays equal across requests
-# (so shared prefixes stay shared) and the original is not readable.
-SALT = b"flashbox-claude-code-fixtures"
-UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-TAG = re.compile(r"(</?[A-Za-z][A-Za-z0-9_-]*>)")
-WORD = re.compile(r"[A-Za-z]+")
 AGENT_ID = re.compile(r"^a[0-9a-f]{16}$")
-HEX = "0123456789abcdef"
 BILLING_PREFIX = "x-anthropic-billing-header: "
-CONSONANTS = "bcdfghjklmnpqrstvwxz"
-VOWELS = "aeiou"
 
 
 @dataclass(frozen=True)
@@ -93,47 +86,9 @@ SCENARIOS = (
 )
 
 
-def _digest(text: str) -> bytes:
-    return hashlib.sha256(SALT + text.encode()).digest()
-
-
-def _stream(text: str, length: int) -> bytes:
-    out = b""
-    counter = 0
-    while len(out) < length:
-        out += _digest(f"{counter}:{text}")
-        counter += 1
-    return out[:length]
-
-
-def synth_word(word: str) -> str:
-    """A synthetic word of the same length and case pattern."""
-    letters = [
-        (VOWELS[b % len(VOWELS)] if i % 2 else CONSONANTS[b % len(CONSONANTS)])
-        for i, b in enumerate(_stream(word, len(word)))
-    ]
-    cased = (new.upper() if old.isupper() else new for old, new in zip(word, letters, strict=True))
-    return "".join(cased)
-
-
-def synth_text(text: str) -> str:
-    """Every word replaced; whitespace, digits, punctuation and tags like <name> kept."""
-    parts = TAG.split(text)
-    return "".join(
-        part if i % 2 else WORD.sub(lambda m: synth_word(m.group()), part)
-        for i, part in enumerate(parts)
-    )
-
-
 def synth_id(value: str) -> str:
-    """A synthetic id in the same format: hex stays hex, dashes, a UUID's version and variant
-    nibbles and an agent id's leading "a" stay."""
-    raw = _stream("id:" + value, len(value))
-    fixed = {14, 19} if UUID.match(value) else {0} if AGENT_ID.match(value) else set()
-    return "".join(
-        ch if i in fixed or ch not in HEX else HEX[b % 16]
-        for i, (ch, b) in enumerate(zip(value, raw, strict=True))
-    )
+    """A synthetic id in the same format; an agent id keeps its leading "a"."""
+    return fixture_synth.synth_id(value, keep={0} if AGENT_ID.match(value) else ())
 
 
 def synth_billing(text: str) -> str:
@@ -146,30 +101,6 @@ def synth_billing(text: str) -> str:
             value = f"{version}.{synth_id(fingerprint)}"
         fields.append(f"{key}{sep}{value}")
     return BILLING_PREFIX + ";".join(fields)
-
-
-def _synth_schema(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {
-            key: synth_text(value)
-            if key == "description" and isinstance(value, str)
-            else _synth_schema(value)
-            for key, value in node.items()
-        }
-    if isinstance(node, list):
-        return [_synth_schema(item) for item in node]
-    return node
-
-
-def _synth_values(node: Any) -> Any:
-    """Tool inputs: keys kept, every string value made synthetic."""
-    if isinstance(node, str):
-        return synth_text(node)
-    if isinstance(node, dict):
-        return {key: _synth_values(value) for key, value in node.items()}
-    if isinstance(node, list):
-        return [_synth_values(item) for item in node]
-    return node
 
 
 def _synth_content(content: Any) -> Any:
@@ -186,7 +117,7 @@ def _synth_content(content: Any) -> Any:
         elif kind == "thinking":
             block["thinking"] = synth_text(block["thinking"])
         elif kind == "tool_use":
-            block["input"] = _synth_values(block["input"])
+            block["input"] = synth_values(block["input"])
         elif kind == "tool_result" and "content" in block:
             block["content"] = _synth_content(block["content"])
         blocks.append(block)
@@ -204,7 +135,7 @@ def _synth_tool(tool: dict[str, Any]) -> dict[str, Any]:
     if isinstance(tool.get("description"), str):
         tool["description"] = synth_text(tool["description"])
     if "input_schema" in tool:
-        tool["input_schema"] = _synth_schema(tool["input_schema"])
+        tool["input_schema"] = synth_schema(tool["input_schema"])
     return tool
 
 
@@ -274,12 +205,6 @@ def record_scenario(claude: Path, scenario: Scenario, scratch: Path) -> Path:
     return raw
 
 
-def _check_no_leaks(text: str, scratch: Path) -> None:
-    for needle in (str(scratch), str(Path.home()), API_KEY):
-        if needle in text:
-            raise SystemExit(f"a fixture still contains {needle!r}")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=FIXTURES_DIR)
@@ -295,15 +220,7 @@ def main() -> int:
             raw = record_scenario(claude, scenario, scratch)
             if args.keep_raw:
                 shutil.copytree(raw, args.keep_raw / scenario.name, dirs_exist_ok=True)
-            target = args.out / scenario.name
-            shutil.rmtree(target, ignore_errors=True)
-            target.mkdir(parents=True)
-            for path in sorted(raw.glob("*.json")):
-                record = sanitize_record(json.loads(path.read_text()))
-                text = json.dumps(record, indent=1, ensure_ascii=False) + "\n"
-                _check_no_leaks(text, scratch)
-                (target / path.name).write_text(text)
-                print(f"  {target.name}/{path.name}: {record['method']} {record['path']}")
+            write_fixtures(raw, args.out / scenario.name, sanitize_record, (str(scratch), API_KEY))
     print(f"Claude Code {CLAUDE_CODE_VERSION}: fixtures in {args.out}")
     return 0
 

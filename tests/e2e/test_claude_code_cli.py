@@ -8,13 +8,8 @@ from typing import Any
 
 import pytest
 
-from scripts.record_agent_requests import (
-    FINAL_TEXT,
-    THINKING_SIGNATURE,
-    THINKING_TEXT,
-    TOOL_USE_ID,
-    serving,
-)
+from scripts.messages_answers import FINAL_TEXT, THINKING_SIGNATURE, THINKING_TEXT, TOOL_USE_ID
+from scripts.record_agent_requests import serving
 from tests.support.agent_cli import (
     INSTALL_TIMEOUT_S,
     HeadlessRun,

@@ -9,12 +9,8 @@ from typing import Any
 
 import pytest
 
-from scripts.record_claude_code_fixtures import (
-    FIXTURES_DIR,
-    sanitize_record,
-    synth_id,
-    synth_text,
-)
+from scripts.fixture_synth import synth_text
+from scripts.record_claude_code_fixtures import FIXTURES_DIR, sanitize_record, synth_id
 
 FIXTURES = sorted(FIXTURES_DIR.glob("*/*.json"))
 BILLING = "x-anthropic-billing-header: cc_version=2.1.332.344; cc_entrypoint=sdk-cli;"

@@ -11,17 +11,14 @@ is reused afterwards. A headless run needs no prompts: `-p` skips the workspace-
 would ask, while read-only tools such as Read inside the working directory still run
 (`bypassPermissions` is refused when running as root, so it is no option for CI containers).
 What else the CLI does in this setup is recorded in tests/fixtures/claude_code/README.md.
+The installer and the process runner are shared with the Codex CLI (tests/support/npm_cli.py,
+tests/support/codex_cli.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,89 +26,27 @@ from typing import Any
 
 import pytest
 
-from tests.support.procs import REPO_ROOT
+from tests.support.npm_cli import AGENT_CLI_CACHE, NpmCli, install_npm_cli, run_cli
+from tests.support.npm_cli import INSTALL_TIMEOUT_S as INSTALL_TIMEOUT_S
 
 CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"
 CLAUDE_CODE_VERSION = "2.1.332"
-AGENT_CLI_CACHE = REPO_ROOT / ".cache" / "agent-cli"
 # The served model; ids that start with "claude-" get Anthropic's context and output limits.
 DEFAULT_MODEL = "glm-5.3-flash"
-# One npm install downloads a ~400 MB native binary.
-INSTALL_TIMEOUT_S = 600.0
-_INSTALLED_STAMP = ".installed"
 
 
-def _verify(executable: Path) -> str | None:
-    """None when `claude --version` names the pinned version, else why not."""
-    with tempfile.TemporaryDirectory(prefix="agent-cli-home-") as home:
-        try:
-            done = subprocess.run(
-                [str(executable), "--version"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                env={"PATH": os.environ.get("PATH", os.defpath), "HOME": home},
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"{executable} --version failed: {exc}"
-    if done.returncode != 0 or not done.stdout.startswith(CLAUDE_CODE_VERSION):
-        output = (done.stdout + done.stderr)[:300]
-        return f"{executable} --version: rc {done.returncode}, {output!r}"
-    return None
+CLAUDE_CODE = NpmCli(
+    CLAUDE_CODE_PACKAGE,
+    CLAUDE_CODE_VERSION,
+    executable="claude",
+    folder=f"claude-code-{CLAUDE_CODE_VERSION}",
+    version_output=CLAUDE_CODE_VERSION,
+)
 
 
 def install_claude_code(cache_dir: Path = AGENT_CLI_CACHE) -> Path | str:
-    """Path of the pinned `claude` executable, installed with npm on first use.
-
-    Returns a reason to skip instead when npm is missing or the install fails, so that a
-    machine without npm or the registry skips the tests that need the CLI, never fails them.
-    Safe to call from several processes: each installs into its own staging folder and the
-    first to finish renames it into place.
-    """
-    target = cache_dir / f"claude-code-{CLAUDE_CODE_VERSION}"
-    executable = target / "node_modules" / ".bin" / "claude"
-    if (target / _INSTALLED_STAMP).exists() and os.access(executable, os.X_OK):
-        return executable
-    npm = shutil.which("npm")
-    if npm is None:
-        return f"npm is not on PATH; it is needed to install {CLAUDE_CODE_PACKAGE}"
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{target.name}-staging-", dir=cache_dir))
-    try:
-        argv = [
-            npm,
-            "install",
-            "--prefix",
-            str(staging),
-            "--no-audit",
-            "--no-fund",
-            "--no-save",
-            "--loglevel=error",
-            # An unreachable registry should give a skip reason soon, not after npm's backoff.
-            "--fetch-retries=1",
-            "--fetch-retry-maxtimeout=10000",
-            f"{CLAUDE_CODE_PACKAGE}@{CLAUDE_CODE_VERSION}",
-        ]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"npm install {CLAUDE_CODE_PACKAGE}@{CLAUDE_CODE_VERSION} failed: {exc}"
-        if done.returncode != 0:
-            lines = (done.stdout + done.stderr).strip().splitlines()
-            said = " / ".join(line.strip() for line in lines[:4])
-            return f"npm install {CLAUDE_CODE_PACKAGE}@{CLAUDE_CODE_VERSION} failed: {said}"
-        problem = _verify(staging / "node_modules" / ".bin" / "claude")
-        if problem is not None:
-            return problem
-        (staging / _INSTALLED_STAMP).touch()
-        staging.chmod(0o755)  # mkdtemp made it private; the install is not secret
-        with contextlib.suppress(OSError):  # another process won the race: use its copy
-            staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    if not os.access(executable, os.X_OK):
-        return f"{executable} is missing after the install"
-    return executable
+    """Path of the pinned `claude` executable, or why it cannot be installed."""
+    return install_npm_cli(CLAUDE_CODE, cache_dir)
 
 
 def claude_code_or_skip() -> Path:
@@ -243,25 +178,7 @@ def run_headless(
         bare=bare,
         extra_args=extra_args,
     )
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    returncode: int | None
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-        returncode = proc.returncode
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        returncode = None
+    returncode, stdout, stderr = run_cli(argv, env=env, cwd=cwd, timeout=timeout)
     return HeadlessRun(returncode, _parse_result(stdout), stdout, stderr)
 
 
