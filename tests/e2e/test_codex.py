@@ -76,7 +76,8 @@ def test_recorded_codex_requests_are_served(gateway: Proc, path: Path) -> None:
     final = events[-1]["response"]
     assert final["model"] == recorded["body"]["model"]
     kinds = [item["type"] for item in final["output"]]
-    assert kinds[0] == "reasoning" and "message" in kinds
+    assert kinds[0] == "reasoning"
+    assert "message" in kinds
     assert final["output"][0]["encrypted_content"]
     assert final["usage"]["input_tokens"] > 0
 
