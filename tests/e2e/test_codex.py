@@ -15,35 +15,21 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.e2e.agent_stack import agent_stack, refused
 from tests.e2e.conftest import metric_sum
 from tests.support.codex_cli import codex_env, codex_or_skip, run_codex
 from tests.support.npm_cli import INSTALL_TIMEOUT_S
-from tests.support.procs import REPO_ROOT, Proc, start_gateway, start_sim
+from tests.support.procs import REPO_ROOT, Proc
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "codex"
 KEY = "codex-test-key-0123456789abcdef"
 DROPPED = {"authorization", "accept-encoding", "content-length", "host"}
-# The sim answers in text only: Codex's task ends after one turn, whatever it asked.
-SIM_FLAGS = ("--tool-calls", "0", "--reasoning-tokens", "16", "--content-tokens", "24")
 
 
 @pytest.fixture(scope="module")
-def sim() -> Iterator[Proc]:
-    proc = start_sim(*SIM_FLAGS)
-    try:
+def gateway() -> Iterator[Proc]:
+    with agent_stack(KEY) as proc:
         yield proc
-    finally:
-        proc.stop()
-
-
-@pytest.fixture(scope="module")
-def gateway(sim: Proc) -> Iterator[Proc]:
-    env = {"FLASHBOX_API_KEYS": KEY, "FLASHBOX_HEALTH__INTERVAL_S": "0.2"}
-    proc = start_gateway([sim.url], env=env)
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 def _events(text: str) -> list[dict[str, Any]]:
@@ -104,13 +90,4 @@ def test_the_real_cli_runs_headless_against_the_gateway(
     assert (run.final_message or "").strip()
     served = metric_sum(gateway, "flashbox_requests_total", {"api": "responses", "code": "200"})
     assert served > before
-    text = httpx.get(gateway.url + "/metrics", timeout=5).text
-    refused = [
-        line
-        for line in text.splitlines()
-        if line.startswith("flashbox_requests_total")
-        and 'api="responses"' in line
-        and 'code="200"' not in line
-        and not line.endswith(" 0.0")
-    ]
-    assert not refused, refused
+    assert not refused(gateway, "responses")
