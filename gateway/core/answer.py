@@ -54,9 +54,14 @@ class StreamEncoder(Protocol):
         """The engine failed after the response started: the face's error event and its end."""
         ...
 
+    @property
+    def sends_keepalive(self) -> bool:
+        """Whether the face fills long silences (prefill) with keepalive frames."""
+        ...
+
     def keepalive(self) -> bytes | None:
-        """A frame for long silences (prefill), or None when the face sends none; called for
-        each frame sent (a frame may carry a sequence number)."""
+        """The next keepalive frame (None: none now); called for each frame sent, as a frame
+        may carry a sequence number."""
         ...
 
 

@@ -164,7 +164,7 @@ class Relay:
             await send(opening)
         self._last_write = time.monotonic()
         pinger, lock = None, None
-        if keepalive_s and encoder.keepalive() is not None:
+        if keepalive_s and encoder.sends_keepalive:
             lock = asyncio.Lock()
             pinger = asyncio.create_task(self._keepalive(send, encoder, keepalive_s, lock))
         try:

@@ -231,6 +231,10 @@ class MessageStream(_Message):
         }
         return sse(b"message_start", {"type": "message_start", "message": message})
 
+    @property
+    def sends_keepalive(self) -> bool:
+        return True
+
     def keepalive(self) -> bytes | None:
         return _PING
 

@@ -93,6 +93,10 @@ class ChunkBuilder:
     def start(self) -> bytes:
         return b""  # the headers went out; the role chunk waits for the first output
 
+    @property
+    def sends_keepalive(self) -> bool:
+        return False
+
     def keepalive(self) -> bytes | None:
         return None
 

@@ -314,6 +314,10 @@ class ResponseStream:
             ]
         )
 
+    @property
+    def sends_keepalive(self) -> bool:
+        return True
+
     def keepalive(self) -> bytes | None:
         # A lifecycle event clients already handle (the SDK checks only its response id):
         # Codex's idle timer counts events, not bytes, so an SSE comment would not do.
