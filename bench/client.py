@@ -1,12 +1,15 @@
-"""Streaming clients (OpenAI chat completions, Anthropic Messages) that record what a
-benchmark needs, per request.
+"""Streaming clients (OpenAI chat completions, Anthropic Messages, OpenAI Responses) that record
+what a benchmark needs, per request.
 
 Conventions follow sglang.bench_serving (FACTS.md section 5): TTFT is the arrival of the first
 chunk that carries a token (reasoning, content or a tool call — not the role-only frame; for
-Messages, the first `content_block_delta` with text, thinking or tool input);
+Messages, the first `content_block_delta` with text, thinking or tool input; for Responses, the
+first output text, reasoning text or function-call arguments delta);
 ITL is the gap between token-carrying chunks divided by the tokens in the chunk; TPOT is
 (latency - TTFT) / (output tokens - 1). Token counts come from the server's usage chunk
-(for Messages, `message_delta`'s usage). Latency ends at `[DONE]` (Messages: `message_stop`).
+(for Messages, `message_delta`'s usage; for Responses, the terminal event's response.usage).
+Latency ends at `[DONE]` (Messages: `message_stop`; Responses: `response.completed`,
+`response.incomplete` or `response.failed`).
 """
 
 from __future__ import annotations
@@ -244,3 +247,77 @@ async def stream_messages(
     payload = {**body, "stream": True}
     sent = {"anthropic-version": ANTHROPIC_VERSION, **(headers or {})}
     return await _stream(client, url, payload, sent, _fold_message)
+
+
+# The Responses events that carry output tokens, and what the record keeps them as.
+_RESPONSE_TOKEN_EVENTS = {
+    "response.output_text.delta": "content",
+    "response.reasoning_text.delta": "reasoning",
+    "response.function_call_arguments.delta": "arguments",
+}
+# The events that end a Responses stream (the SDK stops at each of them).
+_RESPONSE_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+def _error_message(error: Any) -> str:
+    return str(error.get("message") if isinstance(error, Mapping) else error)
+
+
+def record_response_event(record: StreamRecord, payload: Mapping[str, Any], elapsed: float) -> None:
+    """Fold one decoded OpenAI Responses SSE payload into the record (separate for unit tests).
+    Function calls are kept under their output item's index, in the chat completions' shape."""
+    kind = payload.get("type")
+    token = _RESPONSE_TOKEN_EVENTS.get(kind) if isinstance(kind, str) else None
+    if token is not None:
+        text = payload.get("delta")
+        if not text:
+            return
+        if record.ttft is None:
+            record.ttft = elapsed
+        record.token_chunk_times.append(elapsed)
+        if token == "content":
+            record.content.append(text)
+        elif token == "reasoning":
+            record.reasoning.append(text)
+        else:
+            slot = record.tool_calls.get(int(payload.get("output_index", 0)))
+            if slot is not None:
+                slot["function"]["arguments"] += text
+    elif kind == "response.output_item.added":
+        item = payload.get("item") or {}
+        if item.get("type") == "function_call":
+            record.tool_calls[int(payload.get("output_index", 0))] = {
+                "id": item.get("call_id") or "",
+                "type": "function",
+                "function": {"name": item.get("name") or "", "arguments": ""},
+            }
+    elif kind in _RESPONSE_TERMINAL:
+        response = payload.get("response") or {}
+        usage = response.get("usage") or {}
+        details = usage.get("input_tokens_details") or {}
+        # Unlike Anthropic's, the Responses API's input_tokens includes what the cache served.
+        record.prompt_tokens = int(usage.get("input_tokens") or 0)
+        record.completion_tokens = int(usage.get("output_tokens") or 0)
+        record.cached_tokens = int(details.get("cached_tokens") or 0)
+        if kind == "response.failed":
+            record.error = _error_message(response.get("error") or "response.failed")
+    elif kind == "error":
+        record.error = _error_message(payload.get("error") or payload)
+
+
+def _fold_response(record: StreamRecord, data: str, start: float) -> bool:
+    payload = orjson.loads(data)
+    record_response_event(record, payload, time.perf_counter() - start)
+    return payload.get("type") in _RESPONSE_TERMINAL
+
+
+async def stream_responses(
+    client: httpx.AsyncClient,
+    url: str,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str] | None = None,
+) -> StreamRecord:
+    """POST a streaming OpenAI Responses request (body: model, input, max_output_tokens, ...)
+    to url and record it as stream_chat does; never raises for HTTP errors."""
+    payload = {**body, "stream": True}
+    return await _stream(client, url, payload, headers, _fold_response)

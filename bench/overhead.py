@@ -5,7 +5,10 @@ same streaming load at each concurrency level, in one run:
   direct   the simulator's own /v1/chat/completions
   gateway  flashbox's gateway -> the simulator's /generate (render + parse on)
   messages the same gateway process's Anthropic Messages face (POST /v1/messages, the same
-           prompts and output lengths; with `--faces`, default both)
+           prompts and output lengths)
+  responses the same gateway process's OpenAI Responses face (POST /v1/responses, the same
+           prompt as `input`, the same output lengths); `--faces` picks the gateway's faces
+           (default all three)
   smg      SGLang's model gateway (sglang-router) -> the simulator's /v1/chat/completions
   pipe     with --floor: bench.pipe, a Python TCP byte pipe -> the same (the floor of a hop)
 Each level runs `--reps` rounds (default 3); a round runs every target once, in a rotated
@@ -24,9 +27,9 @@ ends at the next step boundary), by more than a router adds, so only hop-added c
 millisecond. `--profile` also runs the gateway under cProfile and prints where its time goes
 (per face).
 
-With both faces measured, a second table puts the Messages face next to the OpenAI face per
-level: added and hop-added TTFT p50 and gateway CPU per relayed token, with Messages minus
-OpenAI (ms) and Messages / OpenAI.
+With the OpenAI face and another measured, a second table per other face puts it next to the
+OpenAI face per level: added and hop-added TTFT p50 and gateway CPU per relayed token, with
+that face minus OpenAI (ms) and that face / OpenAI, and the goals checked at 1 stream.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from typing import Any, Literal
 import httpx
 import psutil  # type: ignore[import-untyped]
 
-from bench.client import StreamRecord, stream_chat, stream_messages
+from bench.client import StreamRecord, stream_chat, stream_messages, stream_responses
 from bench.procs import Proc, free_port, start_gateway, start_process, start_sim
 from bench.sessions import fetch_engine_timings
 from bench.stats import percentile, ratio
@@ -58,14 +61,33 @@ from bench.stats import percentile, ratio
 MODEL = "glm-5.3-flash"
 DEFAULT_LEVELS = (1, 8, 32)
 
-Face = Literal["openai", "anthropic"]
-FACES: tuple[Face, ...] = ("openai", "anthropic")
+Face = Literal["openai", "anthropic", "responses"]
+FACES: tuple[Face, ...] = ("openai", "anthropic", "responses")
 # The gateway's target name per face; "gateway" is the OpenAI face, as before faces existed.
-FACE_TARGETS: dict[Face, str] = {"openai": "gateway", "anthropic": "messages"}
+FACE_TARGETS: dict[Face, str] = {
+    "openai": "gateway",
+    "anthropic": "messages",
+    "responses": "responses",
+}
+# How the tables name each face.
+FACE_LABELS: dict[Face, str] = {
+    "openai": "OpenAI",
+    "anthropic": "Messages",
+    "responses": "Responses",
+}
+_FACE_PATHS: dict[Face, str] = {
+    "openai": "/v1/chat/completions",
+    "anthropic": "/v1/messages",
+    "responses": "/v1/responses",
+}
 _Recorder = Callable[
     [httpx.AsyncClient, str, Mapping[str, Any], Mapping[str, str] | None], Awaitable[StreamRecord]
 ]
-_RECORDERS: dict[Face, _Recorder] = {"openai": stream_chat, "anthropic": stream_messages}
+_RECORDERS: dict[Face, _Recorder] = {
+    "openai": stream_chat,
+    "anthropic": stream_messages,
+    "responses": stream_responses,
+}
 
 
 @dataclass(frozen=True)
@@ -132,11 +154,13 @@ def _cpu_seconds(proc: Proc | None) -> float | None:
     return float(times.user + times.system)
 
 
-def _body() -> dict[str, Any]:
+def _body(face: Face = "openai") -> dict[str, Any]:
     # A unique prompt per request: no target gets a cache hit the others do not. The same body
-    # is a chat completion and a Messages request (model, max_tokens, messages); each recorder
-    # adds its own `stream` fields.
+    # is a chat completion and a Messages request (model, max_tokens, messages); a Responses
+    # request sends the same prompt as its input. Each recorder adds its own `stream` fields.
     prompt = f"Benchmark request {uuid.uuid4().hex}: say something short."
+    if face == "responses":
+        return {"model": MODEL, "input": prompt, "max_output_tokens": 4096}
     return {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4096}
 
 
@@ -156,7 +180,7 @@ async def _run_level(
                 remaining -= 1
                 rid = f"bench-{uuid.uuid4().hex}"
                 headers = {"x-request-id": rid}
-                records.append((rid, await recorder(client, url, _body(), headers)))
+                records.append((rid, await recorder(client, url, _body(face), headers)))
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -244,9 +268,8 @@ def _stack(config: Config, profile_out: Path | None) -> Iterator[tuple[dict[str,
             gateway = _start_profiled_gateway(sim, profile_out)
         procs.append(gateway)
         targets: dict[str, Target] = {"direct": Target(sim.url + "/v1/chat/completions", None)}
-        paths: dict[Face, str] = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
         for face in config.faces:
-            targets[FACE_TARGETS[face]] = Target(gateway.url + paths[face], gateway, face)
+            targets[FACE_TARGETS[face]] = Target(gateway.url + _FACE_PATHS[face], gateway, face)
         if config.floor and profile_out is None:
             args = ["--port", "{port}", "--upstream-port", str(sim.port)]
             pipe = start_process("bench.pipe", args)
@@ -344,7 +367,7 @@ def run(config: Config) -> list[LevelResult]:
                 result = _result(name, level, pooled[name])
                 results.append(result)
                 print(
-                    f"{name:8} x{level:<3} ok {result.ok}/{result.requests} "
+                    f"{name:9} x{level:<3} ok {result.ok}/{result.requests} "
                     f"ttft p50 {result.ttft_p50_ms:.1f} ms p99 {result.ttft_p99_ms:.1f} ms "
                     f"engine {result.engine_ttft_p50_ms:.2f} ms "
                     f"network+hops p50 {result.network_p50_ms:.2f} ms "
@@ -393,7 +416,7 @@ def table(results: Sequence[LevelResult]) -> str:
     return "\n".join(lines)
 
 
-# The issue's goals for the Messages face against the OpenAI face at 1 stream.
+# The issue's goals for each other face against the OpenAI face at 1 stream.
 GOAL_ADDED_TTFT_MS = 0.5
 GOAL_CPU_RATIO = 1.2
 
@@ -414,26 +437,27 @@ def _deltas_over_direct(
     return out
 
 
-def face_table(results: Sequence[LevelResult]) -> str:
-    """The Messages face next to the OpenAI face, per level ("" unless both were measured)."""
-    openai, messages = FACE_TARGETS["openai"], FACE_TARGETS["anthropic"]
+def face_table(results: Sequence[LevelResult], face: Face = "anthropic") -> str:
+    """`face` next to the OpenAI face, per level ("" unless both were measured)."""
+    openai, other = FACE_TARGETS["openai"], FACE_TARGETS[face]
+    name = FACE_LABELS[face]
     by_key = {(r.target, r.concurrency): r for r in results}
     levels = [r.concurrency for r in results if r.target == openai]
-    levels = [level for level in levels if (messages, level) in by_key]
-    if not levels:
+    levels = [level for level in levels if (other, level) in by_key]
+    if not levels or face == "openai":
         return ""
     added = _deltas_over_direct(results)
     lines = [
-        "| streams | added TTFT p50 ms: OpenAI / Messages | Messages - OpenAI ms "
-        "| Messages / OpenAI | hop-added p50 ms: OpenAI / Messages | Messages - OpenAI ms "
-        "| Messages / OpenAI | gateway CPU us/token: OpenAI / Messages | Messages / OpenAI "
-        "| gateway CPU ms/req: OpenAI / Messages |",
+        f"| streams | added TTFT p50 ms: OpenAI / {name} | {name} - OpenAI ms "
+        f"| {name} / OpenAI | hop-added p50 ms: OpenAI / {name} | {name} - OpenAI ms "
+        f"| {name} / OpenAI | gateway CPU us/token: OpenAI / {name} | {name} / OpenAI "
+        f"| gateway CPU ms/req: OpenAI / {name} |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     verdicts: list[str] = []
     for level in levels:
-        o, m = by_key[openai, level], by_key[messages, level]
-        (o_added, o_hop), (m_added, m_hop) = added[openai, level], added[messages, level]
+        o, m = by_key[openai, level], by_key[other, level]
+        (o_added, o_hop), (m_added, m_hop) = added[openai, level], added[other, level]
         cpu_ratio = ratio(m.cpu_us_per_token, o.cpu_us_per_token)
         lines.append(
             f"| {level} | {o_added:+.2f} / {m_added:+.2f} | {m_added - o_added:+.2f} "
@@ -444,11 +468,24 @@ def face_table(results: Sequence[LevelResult]) -> str:
         )
         if level == 1:
             verdicts.append(
-                f"At 1 stream: added TTFT p50 Messages - OpenAI {m_added - o_added:+.2f} ms "
+                f"At 1 stream: added TTFT p50 {name} - OpenAI {m_added - o_added:+.2f} ms "
                 f"(hop-added {m_hop - o_hop:+.2f} ms; goal <= {GOAL_ADDED_TTFT_MS} ms), gateway "
                 f"CPU per relayed token {cpu_ratio:.2f}x (goal <= {GOAL_CPU_RATIO}x)."
             )
     return "\n".join(lines + (["", *verdicts] if verdicts else []))
+
+
+def face_tables(results: Sequence[LevelResult], heading: str = "") -> str:
+    """Each measured face other than OpenAI next to the OpenAI face, a table per face, each
+    under "The <face> face next to the OpenAI face<heading>:"."""
+    sections = []
+    for face in FACES[1:]:
+        found = face_table(results, face)
+        if found:
+            sections.append(
+                f"The {FACE_LABELS[face]} face next to the OpenAI face{heading}:\n\n{found}"
+            )
+    return "\n\n".join(sections)
 
 
 def _faces(text: str) -> tuple[Face, ...]:
@@ -482,7 +519,8 @@ def _parse(argv: list[str]) -> tuple[Config, Path | None]:
         "--faces",
         type=_faces,
         default=FACES,
-        help="the gateway's API faces to measure, comma-separated (default: openai,anthropic)",
+        help="the gateway's API faces to measure, comma-separated "
+        "(default: openai,anthropic,responses)",
     )
     parser.add_argument("--out", type=Path, default=None, help="write results JSON here")
     args = parser.parse_args(argv)
@@ -507,9 +545,9 @@ def main(argv: list[str]) -> int:
     config, out = _parse(argv)
     results = run(config)
     print(table(results))
-    faces = face_table(results)
+    faces = face_tables(results, " (same gateway process)")
     if faces:
-        print(f"\nThe Messages face next to the OpenAI face (same gateway process):\n\n{faces}")
+        print(f"\n{faces}")
     if out is not None:
         out.write_text(json.dumps([asdict(r) for r in results], indent=2))
     if config.profile:
@@ -523,11 +561,15 @@ def report(out_dir: Path) -> str:
     config, _ = _parse([])
     results = run(config)
     (out_dir / "overhead.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
-    profiles = {"openai": "gateway-profile.txt", "anthropic": "gateway-messages-profile.txt"}
+    profiles = {
+        "openai": "gateway-profile.txt",
+        "anthropic": "gateway-messages-profile.txt",
+        "responses": "gateway-responses-profile.txt",
+    }
     for face in config.faces:
         (out_dir / profiles[face]).write_text(profile(config, level=8, top=15, face=face))
-    faces = face_table(results)
-    faces_section = f"The Messages face next to the OpenAI face:\n\n{faces}\n\n" if faces else ""
+    faces = face_tables(results)
+    faces_section = f"{faces}\n\n" if faces else ""
     return (
         "## Gateway overhead (direct vs gateway vs smg, same simulator)\n\n"
         f"{table(results)}\n\n{faces_section}"

@@ -8,16 +8,18 @@ parser, and the face's encoder. Only the network is missing, on both sides (the 
 is a `send` that drops the bytes), so this is the gateway's own work per event, warm, without
 syscalls: the number to move when changing the relay. Median and best of `--rounds` answers
 of `--tokens` tokens, in microseconds per event, for each face's encoder in the same run (the
-OpenAI face's ChunkBuilder, the Messages face's MessageStream with its keepalive task on, as
-the route runs it), the rounds alternating between them, and Messages / OpenAI. The timing
-starts once the response has started (the Messages face's message_start is sent), so it is
-the cost per engine event and the answer's end.
+OpenAI face's ChunkBuilder; the Messages face's MessageStream and the Responses face's
+ResponseStream, each with its keepalive task on, as their routes run them), each round running
+the faces in another order, and each face / OpenAI. The timing starts once the response has
+started (Messages' message_start, Responses' response.created and response.in_progress are
+sent), so it is the cost per engine event and the answer's end.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -35,13 +37,20 @@ from gateway.engine_stream import EngineStream
 from gateway.engine_wire import WirePool, WireResponse, _Connection
 from gateway.faces.anthropic.encode import MessageStream
 from gateway.faces.openai_chat.encode import ChunkBuilder
+from gateway.faces.responses.convert import ToolNames
+from gateway.faces.responses.encode import ItemWriter, ResponseInfo, ResponseStream
 from gateway.settings import Settings
 from gateway.state import build_state
 from gateway.stream.text_diff import TextDiffer
 
 MODEL = "glm-5.3-flash"
 # face -> the API label its requests are counted under
-FACES = {"openai": "openai", "messages": "anthropic"}
+FACES = {"openai": "openai", "messages": "anthropic", "responses": "responses"}
+# Each round runs the faces in the next of these orders: none always runs first, or right
+# after another.
+_ORDERS = list(itertools.permutations(FACES))
+# The request id the Responses face names its response and output items after.
+_RID = "bench"
 _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
@@ -82,12 +91,19 @@ class _NoNetwork:
 def _encoders(settings: Settings) -> dict[str, tuple[Callable[[], StreamEncoder], float | None]]:
     """face -> (a new request's stream encoder, the keepalive its route runs)."""
     codec = ReasoningCodec.with_random_key(max_age_s=3600, max_text_bytes=1 << 20)
+
+    def responses() -> ResponseStream:
+        # As gateway.faces.responses.encode.ResponsesAnswer builds it (no tools, no store).
+        info = ResponseInfo(response_id=f"resp_{_RID}", model=MODEL, created_at=0, echo={})
+        return ResponseStream(info, ItemWriter(codec, ToolNames(), _RID))
+
     return {
         "openai": (lambda: ChunkBuilder("chatcmpl-bench", 0, MODEL, include_usage=True), None),
         "messages": (
             lambda: MessageStream("msg_bench", MODEL, codec, ()),
             settings.anthropic.keepalive_s,
         ),
+        "responses": (responses, settings.responses.keepalive_s),
     }
 
 
@@ -138,9 +154,7 @@ async def _measure(
 
     per_event: dict[str, list[float]] = {face: [] for face in FACES}
     for i in range(rounds):
-        # Alternating which face goes first: neither always runs right after the other.
-        order = list(FACES) if i % 2 == 0 else list(reversed(FACES))
-        for face in order:
+        for face in _ORDERS[i % len(_ORDERS)]:
             per_event[face].append(await one(face))
     return per_event
 
@@ -151,31 +165,33 @@ def measure(
     sink: list[bytes] | None = None,
     *,
     messages_sink: list[bytes] | None = None,
+    responses_sink: list[bytes] | None = None,
 ) -> dict[str, float]:
     """The OpenAI face's figures as before (`median_us_per_event`, `best_us_per_event`), the
-    Messages face's under `messages_`, and Messages / OpenAI. `sink` and `messages_sink`
-    collect what each face's relay sent (tests check them)."""
+    Messages face's under `messages_` and the Responses face's under `responses_`, each with
+    its ratios to OpenAI (`<face>_over_openai_median`, `_best`). `sink`, `messages_sink` and
+    `responses_sink` collect what each face's relay sent (tests check them)."""
     results: dict[str, list[float]] = {}
-    sinks = {
-        face: collected
-        for face, collected in (("openai", sink), ("messages", messages_sink))
-        if collected is not None
-    }
+    given = {"openai": sink, "messages": messages_sink, "responses": responses_sink}
+    sinks = {face: collected for face, collected in given.items() if collected is not None}
 
     async def run() -> None:
         results.update(await _measure(tokens, rounds, sinks))
 
     uvloop.run(run())
-    openai, messages = results["openai"], results["messages"]
-    return {
+    openai = results["openai"]
+    figures: dict[str, float] = {
         "tokens": tokens,
         "median_us_per_event": percentile(openai, 50),
         "best_us_per_event": min(openai),
-        "messages_median_us_per_event": percentile(messages, 50),
-        "messages_best_us_per_event": min(messages),
-        "messages_over_openai_median": ratio(percentile(messages, 50), percentile(openai, 50)),
-        "messages_over_openai_best": ratio(min(messages), min(openai)),
     }
+    for face in ("messages", "responses"):
+        times = results[face]
+        figures[f"{face}_median_us_per_event"] = percentile(times, 50)
+        figures[f"{face}_best_us_per_event"] = min(times)
+        figures[f"{face}_over_openai_median"] = ratio(percentile(times, 50), percentile(openai, 50))
+        figures[f"{face}_over_openai_best"] = ratio(min(times), min(openai))
+    return figures
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -194,7 +210,11 @@ def _line(result: dict[str, float]) -> str:
         f"{result['messages_median_us_per_event']:.1f} µs median, "
         f"{result['messages_best_us_per_event']:.1f} µs best; Messages / OpenAI "
         f"{result['messages_over_openai_median']:.2f} (median), "
-        f"{result['messages_over_openai_best']:.2f} (best)"
+        f"{result['messages_over_openai_best']:.2f} (best); Responses face (ResponseStream): "
+        f"{result['responses_median_us_per_event']:.1f} µs median, "
+        f"{result['responses_best_us_per_event']:.1f} µs best; Responses / OpenAI "
+        f"{result['responses_over_openai_median']:.2f} (median), "
+        f"{result['responses_over_openai_best']:.2f} (best)"
     )
 
 

@@ -1,5 +1,5 @@
-"""Token timing and counting from recorded OpenAI and Anthropic Messages streams
-(bench.client)."""
+"""Token timing and counting from recorded OpenAI chat, Anthropic Messages and OpenAI Responses
+streams (bench.client)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from bench.client import (
     StreamRecord,
     record_event,
     record_message_event,
+    record_response_event,
     stream_chat,
     stream_messages,
+    stream_responses,
 )
 
 
@@ -301,4 +303,140 @@ async def test_stream_messages_ends_at_message_stop_and_keeps_its_connection(
     assert all(r.ttft is not None and r.ttft <= r.latency for r in records)
     assert accepted == 1
     assert b"anthropic-version: 2023-06-01" in requests_read[0].lower()
+    assert requests_read[0].endswith(b'"stream":true}')
+
+
+# -- OpenAI Responses ----------------------------------------------------------------------
+
+
+def _replay_responses(events: list[tuple[float, dict[str, object]]]) -> StreamRecord:
+    record = StreamRecord()
+    for elapsed, payload in events:
+        record_response_event(record, payload, elapsed)
+    record.ok = record.error is None
+    record.latency = events[-1][0]
+    return record
+
+
+def _lifecycle(kind: str, status: str, **fields: object) -> dict[str, object]:
+    response = {"id": "resp_1", "object": "response", "status": status, "output": [], **fields}
+    return {"type": kind, "response": response}
+
+
+def _text_delta(kind: str, index: int, text: str) -> dict[str, object]:
+    return {"type": kind, "item_id": f"item_{index}", "output_index": index, "delta": text}
+
+
+def test_responses_ttft_is_the_first_text_delta() -> None:
+    reasoning = {"id": "rs_1", "type": "reasoning", "summary": [], "content": []}
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    usage = {
+        "input_tokens": 30,
+        "input_tokens_details": {"cached_tokens": 16},
+        "output_tokens": 3,
+        "output_tokens_details": {"reasoning_tokens": 1},
+        "total_tokens": 33,
+    }
+    record = _replay_responses(
+        [
+            (0.10, _lifecycle("response.created", "in_progress")),
+            (0.11, _lifecycle("response.in_progress", "in_progress")),
+            (0.20, _lifecycle("response.in_progress", "in_progress")),  # a keepalive
+            (0.30, {"type": "response.output_item.added", "output_index": 0, "item": reasoning}),
+            (0.40, _text_delta("response.reasoning_text.delta", 0, "")),
+            (0.50, _text_delta("response.reasoning_text.delta", 0, "Let")),
+            (0.55, {"type": "response.reasoning_text.done", "output_index": 0, "text": "Let"}),
+            (0.57, {"type": "response.output_item.added", "output_index": 1, "item": message}),
+            (0.60, _text_delta("response.output_text.delta", 1, "Hi")),
+            (0.70, _text_delta("response.output_text.delta", 1, " there")),
+            (0.71, {"type": "response.output_text.done", "output_index": 1, "text": "Hi there"}),
+            (0.73, _lifecycle("response.completed", "completed", usage=usage)),
+        ]
+    )
+    assert record.ttft == 0.50  # an empty delta carries nothing
+    assert record.token_chunk_times == [0.50, 0.60, 0.70]
+    assert record.reasoning == ["Let"]
+    assert record.content == ["Hi", " there"]
+    # The Responses API's input_tokens already includes what the cache served.
+    assert (record.prompt_tokens, record.cached_tokens, record.completion_tokens) == (30, 16, 3)
+    assert record.ok
+    assert record.tpot == pytest.approx((0.73 - 0.50) / 2)
+
+
+def test_responses_function_call_is_assembled_in_openai_shape() -> None:
+    call = {
+        "id": "fc_1",
+        "type": "function_call",
+        "call_id": "call_1",
+        "name": "read_file",
+        "arguments": "",
+        "status": "in_progress",
+    }
+    usage = {"input_tokens": 5, "output_tokens": 4}
+    record = _replay_responses(
+        [
+            (0.2, {"type": "response.output_item.added", "output_index": 0, "item": call}),
+            (0.4, _text_delta("response.function_call_arguments.delta", 0, '{"path": ')),
+            (0.5, _text_delta("response.function_call_arguments.delta", 0, '"a.py"}')),
+            (0.6, _lifecycle("response.incomplete", "incomplete", usage=usage)),
+        ]
+    )
+    assert record.ttft == 0.4
+    assert record.tool_calls == {
+        0: {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+        }
+    }
+    # An incomplete answer (max_output_tokens) is an answer, as finish_reason "length" is.
+    assert record.ok
+    assert (record.prompt_tokens, record.completion_tokens) == (5, 4)
+
+
+def test_responses_failed_event_is_recorded() -> None:
+    error = {"code": "server_error", "message": "engine died"}
+    record = _replay_responses(
+        [
+            (0.1, _lifecycle("response.created", "in_progress")),
+            (0.2, _lifecycle("response.failed", "failed", error=error, usage=None)),
+        ]
+    )
+    assert record.error == "engine died"
+    assert not record.ok
+
+
+def test_responses_error_event_is_recorded() -> None:
+    error: dict[str, object] = {"type": "error", "message": "overloaded", "param": None}
+    record = _replay_responses([(0.1, error)])
+    assert record.error == "overloaded"
+
+
+async def test_stream_responses_ends_at_the_terminal_event_and_keeps_its_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The answer ends at response.completed; the client then reads the chunked end (a later
+    write) as stream_chat does, so both requests take one connection; it sends stream: true."""
+    monkeypatch.setattr(bench.client, "DRAIN_S", 10.0)  # a loaded CI box may be slow
+    events = (
+        b"event: response.created\n"
+        b'data: {"type":"response.created","response":{"status":"in_progress"},'
+        b'"sequence_number":0}\n\n'
+        b"event: response.output_text.delta\n"
+        b'data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":0,'
+        b'"content_index":0,"delta":"hi","sequence_number":1}\n\n'
+        b"event: response.completed\n"
+        b'data: {"type":"response.completed","response":{"status":"completed",'
+        b'"usage":{"input_tokens":5,"input_tokens_details":{"cached_tokens":0},'
+        b'"output_tokens":1}},"sequence_number":2}\n\n'
+    )
+    body = {"model": "m", "input": "x", "max_output_tokens": 16}
+
+    def call(client: httpx.AsyncClient, url: str) -> Awaitable[StreamRecord]:
+        return stream_responses(client, url + "/v1/responses", body)
+
+    records, accepted, requests_read = await _serve_twice(events, 2, call)
+    assert [(r.ok, r.content, r.completion_tokens) for r in records] == [(True, ["hi"], 1)] * 2
+    assert all(r.ttft is not None and r.ttft <= r.latency for r in records)
+    assert accepted == 1
     assert requests_read[0].endswith(b'"stream":true}')

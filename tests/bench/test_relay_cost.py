@@ -56,3 +56,37 @@ def test_the_messages_face_relays_the_same_answer_and_is_compared() -> None:
         assert signatures[0].startswith("fbx1.")
         assert answer[-2]["delta"]["stop_reason"] == "end_turn"
         assert answer[-2]["usage"]["output_tokens"] == 16
+
+
+def test_the_responses_face_relays_the_same_answer_and_is_compared() -> None:
+    sent: list[bytes] = []
+    result = measure(tokens=16, rounds=2, responses_sink=sent)
+    assert 0 < result["responses_best_us_per_event"] <= result["responses_median_us_per_event"]
+    assert result["responses_over_openai_median"] > 0
+    assert result["responses_over_openai_best"] > 0
+    frames = [frame for chunk in sent for frame in chunk.split(b"\n\n") if frame]
+    answers: list[list[dict[str, Any]]] = []
+    for frame in frames:
+        head, data = frame.split(b"\ndata: ", 1)
+        event = orjson.loads(data)
+        assert head == b"event: " + event["type"].encode()
+        if event["type"] == "response.created":
+            answers.append([])
+        answers[-1].append(event)
+    assert len(answers) == 2  # one per round
+    for answer in answers:
+        numbers = [e["sequence_number"] for e in answer]
+        assert numbers == sorted(set(numbers))
+        assert answer[-1]["type"] == "response.completed"
+        reasoning = "".join(
+            e["delta"] for e in answer if e["type"] == "response.reasoning_text.delta"
+        )
+        text = "".join(e["delta"] for e in answer if e["type"] == "response.output_text.delta")
+        # The same answer as the OpenAI face's (bench.relay_cost.engine_chunks).
+        assert reasoning.strip() == "".join(WORDS[i % 6] for i in range(4)).strip()
+        assert text.strip() == "".join(WORDS[i % 6] for i in range(5, 16)).strip()
+        response = answer[-1]["response"]
+        assert response["id"] == "resp_bench"
+        assert [item["type"] for item in response["output"]] == ["reasoning", "message"]
+        assert response["output"][0]["encrypted_content"]
+        assert response["usage"]["output_tokens"] == 16
