@@ -18,12 +18,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.core.request import CoreRequest, Sampling, SessionHints
 from gateway.core.run import Run
 from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError, NotFoundError
-from gateway.faces.openai_chat.input import (
-    check_counts,
-    load_json_body,
-    read_body,
-    validation_message,
-)
+from gateway.faces.openai_chat.input import check_counts, load_json_body, read_body
 from gateway.faces.responses.convert import (
     convert_input,
     convert_tool_choice,
@@ -56,6 +51,30 @@ _ECHO = (
 )
 
 
+def _union_member(part: object) -> bool:
+    """A location part naming the member of a union pydantic tried ("str", "list[...]")."""
+    return isinstance(part, str) and (part == "str" or part.startswith(("list[", "dict[")))
+
+
+def validation_message(exc: ValidationError) -> tuple[str, str | None]:
+    """The first problem and the field it is in (`input.3`), never the union member tried.
+
+    `input` and `tool_choice` may be strings: a list or object that fails also fails as the
+    string it could have been, which says nothing to fix, so the other member's problem is told.
+    """
+    errors = exc.errors(include_url=False)
+    useful = [
+        error
+        for error in errors
+        if error["loc"][-1:] != ("str",) or isinstance(error.get("input"), str)
+    ] or errors
+    first = useful[0]
+    where = ".".join(str(part) for part in first["loc"] if not _union_member(part))
+    more = f" (and {len(useful) - 1} more problems)" if len(useful) > 1 else ""
+    text = f"Invalid request: '{where}': {first['msg']}{more}." if where else first["msg"]
+    return text, where or None
+
+
 def _headers(scope_headers: Sequence[tuple[bytes, bytes]]) -> dict[bytes, str]:
     found: dict[bytes, str] = {}
     for name, value in scope_headers:
@@ -70,6 +89,7 @@ def _history(state: AppState, request: ResponsesRequest) -> list[Any]:
     if previous is None:
         return []
     stored = state.responses.get(previous)
+    _gauge(state)  # the look-up may have expired entries
     if stored is None:
         raise InvalidRequestError(
             f"Previous response with id '{previous}' not found: it was never stored here, "
@@ -124,10 +144,8 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
         raise
 
     def stored(response: dict[str, Any]) -> None:
-        store = state.responses
-        store.put(response, [*conversation, *response["output"]])
-        state.metrics.response_store_entries.set(len(store))
-        state.metrics.response_store_bytes.set(store.bytes)
+        state.responses.put(response, [*conversation, *response["output"]])
+        _gauge(state)
 
     info = ResponseInfo(
         response_id=f"resp_{scope_state['rid']}",
@@ -146,6 +164,13 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     return await run.respond(receive)
 
 
+def _gauge(state: AppState) -> None:
+    """The store's size in the metrics, after anything that may have changed it."""
+    store = state.responses
+    state.metrics.response_store_entries.set(len(store))
+    state.metrics.response_store_bytes.set(store.bytes)
+
+
 def _core(
     state: AppState,
     request: ResponsesRequest,
@@ -154,6 +179,13 @@ def _core(
     headers: dict[bytes, str],
 ) -> tuple[CoreRequest, Any, list[Any]]:
     tools, names = convert_tools(request.tools)
+    limit = state.settings.limits.max_tools
+    if tools is not None and len(tools) > limit:
+        # Namespaces hold many tools each: the bound is on what the model is offered.
+        raise InvalidRequestError(
+            f"Too many tools: {len(tools)} functions (namespace members counted) > {limit}.",
+            param="tools",
+        )
     items = request.input
     current = [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
     conversation = [*_history(state, request), *current]
@@ -214,6 +246,7 @@ def _stored_or_404(request: Request, response_id: str) -> dict[str, Any]:
     state = app_state(request)
     state.auth.check(request.headers.get("authorization"))
     stored = state.responses.get(response_id)
+    _gauge(state)  # the look-up may have expired entries
     if stored is None:
         raise NotFoundError(
             f"No response with id '{response_id}' is stored here (never stored, deleted, "
@@ -233,6 +266,5 @@ async def delete_response(request: Request, response_id: str) -> JSONResponse:
     _stored_or_404(request, response_id)
     state = app_state(request)
     state.responses.delete(response_id)
-    state.metrics.response_store_entries.set(len(state.responses))
-    state.metrics.response_store_bytes.set(state.responses.bytes)
+    _gauge(state)
     return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})

@@ -49,6 +49,7 @@ class ResponseStore:
         size = len(orjson.dumps(response)) + len(orjson.dumps(conversation))
         if size > self._max_bytes:
             return False
+        self._expire()  # so what the size says is only what can still be read
         response_id = str(response["id"])
         self.delete(response_id)
         self._entries[response_id] = StoredResponse(response, conversation, size, self._clock())
