@@ -33,6 +33,9 @@ class Finish:
     # The stop string the engine matched, when it matched one (client's or model's).
     matched: str | None
     usage: Usage
+    # The engine stopped at max_new_tokens (also when a tool call made the reason "tool_calls":
+    # the call may then be cut short).
+    truncated: bool = False
 
 
 class StreamEncoder(Protocol):

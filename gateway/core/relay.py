@@ -119,7 +119,12 @@ class Relay:
         else:
             reason = "length" if kind == "length" else "stop"
         matched = finish.get("matched")
-        return Finish(reason, matched if isinstance(matched, str) else None, self.settle())
+        return Finish(
+            reason,
+            matched if isinstance(matched, str) else None,
+            self.settle(),
+            truncated=kind == "length",
+        )
 
     def settle(self) -> Usage:
         """At the end: token counts into the record, rejected tool calls counted; usage."""

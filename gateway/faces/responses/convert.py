@@ -7,6 +7,8 @@ What each becomes (the choices where GLM-5.3-Flash differs from OpenAI's models)
   `custom_tool_call` items between other items -> one assistant message; a `reasoning` item's
   `encrypted_content` of ours restores the exact reasoning (else its `content` text, else its
   summary text); `function_call_output` / `custom_tool_call_output` -> tool messages.
+- `web_search_call` and other hosted-tool history items are left out (logged): the engine runs
+  no such tools, and their results are in the messages that follow.
 - tools: `function` as is; `namespace` groups flattened to unique function names for the model
   (`ToolNames` restores `{namespace, name}` on output and accepts either form back); `custom`
   tools -> a function with one string argument `input` (its grammar in the description);
@@ -31,7 +33,10 @@ log = logging.getLogger("gateway.faces.responses")
 
 _EFFORT = {"minimal": "low", "low": "low", "medium": "high", "high": "high", "xhigh": "max"}
 _CUSTOM_ARGUMENT = "input"
-_ASSISTANT_ITEMS = frozenset({"reasoning", "function_call", "custom_tool_call"})
+# History items of hosted tools the engine cannot run (their tools are dropped the same way).
+_SERVER_TOOL_ITEMS = frozenset(
+    {"web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call"}
+)
 
 
 @dataclass
@@ -226,6 +231,10 @@ class _Converter:
                 raise _bad(where, f"a {kind} item needs its call_id.")
             content = _text_of(item.get("output"), f"{where}.output")
             self.out.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        elif kind in _SERVER_TOOL_ITEMS:
+            # The record of a tool the engine cannot run (its tools are dropped too), from a
+            # history that began elsewhere: its results are in the messages that follow.
+            log.info("%s: a %s item is left out of the prompt", where, kind)
         elif kind == "item_reference":
             raise _bad(where, "item references need a stored conversation: send the items.")
         else:

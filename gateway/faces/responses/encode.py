@@ -270,7 +270,8 @@ class ItemWriter:
 
 def final_state(finish: Finish) -> tuple[str, dict[str, Any] | None]:
     """(status, incomplete_details)."""
-    if finish.reason == "length":
+    if finish.truncated:
+        # Also with a tool call: it may be cut short, and a client must not run it as complete.
         return "incomplete", {"reason": "max_output_tokens"}
     return "completed", None
 

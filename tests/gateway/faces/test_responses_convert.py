@@ -198,7 +198,6 @@ def test_an_empty_input_list_is_a_400() -> None:
             "input_video",
         ),
         ({"type": "future_item", "x": 1}, "input.1", "future_item"),
-        ({"type": "web_search_call", "status": "completed"}, "input.1", "web_search_call"),
         ({"type": "item_reference", "id": "msg_1"}, "input.1", "send the items"),
         ({"content": "no type, no role"}, "input.1", "None"),
         ({"type": "function_call_output", "output": "x"}, "input.1", "call_id"),
@@ -209,7 +208,6 @@ def test_an_empty_input_list_is_a_400() -> None:
         "content-type",
         "part-type",
         "unknown-item",
-        "web-search-call",
         "item-reference",
         "no-type",
         "output-without-call-id",
@@ -937,3 +935,21 @@ def test_a_turn_without_reasoning_extends_its_prompt_too() -> None:
     second = prompt_of(core_of(**{**turn1, "input": [*turn1["input"], *replay]}))
     assert first.endswith("<think></think>")
     assert second.startswith(first + output)
+
+
+def test_hosted_tool_history_items_are_left_out() -> None:
+    """A history begun against a hosted API may hold web_search_call items: not a 400."""
+    names = ToolNames()
+    codec = ReasoningCodec.with_random_key(max_age_s=60, max_text_bytes=1 << 16)
+    items = [
+        {"type": "message", "role": "user", "content": "find it"},
+        {"type": "web_search_call", "status": "completed", "action": {"query": "q"}},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "found"}],
+        },
+    ]
+    messages = convert_input(None, items, codec, names)
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[1]["content"] == "found"

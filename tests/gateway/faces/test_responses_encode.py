@@ -91,7 +91,8 @@ def usage(prompt: int = 100, completion: int = 20, cached: int = 30, reasoning: 
 
 
 def finish(reason: Any = "stop", **counts: int) -> Finish:
-    return Finish(reason, None, usage(**counts))
+    # As the relay makes it: a length stop is the engine's max_new_tokens.
+    return Finish(reason, None, usage(**counts), truncated=reason == "length")
 
 
 def writer(names: ToolNames = NAMES, rid: str = "test") -> ItemWriter:

@@ -278,11 +278,6 @@ async def test_too_many_items_or_tools_are_refused_before_any_work(
     assert engine.generates == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway.core.answer.Finish says 'tool_calls' once a call was parsed, whatever stopped "
-    "the engine, so the face cannot tell that max_output_tokens cut a call's arguments short",
-)
 @pytest.mark.parametrize("stream", [False, True], ids=["collected", "streamed"])
 async def test_max_output_tokens_reached_inside_a_call_is_incomplete(
     engine: FakeEngine, client: httpx.AsyncClient, stream: bool
