@@ -118,6 +118,17 @@ class ItemWriter:
             {"type": "response.output_item.added", "output_index": self.index, "item": dict(item)}
         )
 
+    def extend(self, kind: str, text: str) -> str | None:
+        """`text` is more of the open item when that item is of `kind` (reasoning or message):
+        recorded as `feed` would, and the item's id returned; else None (use `feed`)."""
+        open_ = self._open
+        if open_ is None or open_["type"] != kind:
+            return None
+        if kind == "reasoning":
+            self._held = ""
+        self._text.append(text)
+        return str(open_["id"])
+
     def _reasoning(self, text: str, events: list[Event]) -> None:
         self._held = ""
         open_ = self._open
@@ -283,6 +294,17 @@ def error_object(error: GatewayError) -> dict[str, Any]:
 
 Completed = Callable[[dict[str, Any]], None]
 
+# One text delta for the open item of its kind: the event it makes, and what follows the text.
+_FAST: dict[type, str] = {ReasoningDelta: "reasoning", ContentDelta: "message"}
+_FAST_EVENTS = {
+    "reasoning": b"response.reasoning_text.delta",
+    "message": b"response.output_text.delta",
+}
+_FAST_TAILS = {
+    "reasoning": b',"sequence_number":',
+    "message": b',"logprobs":[],"sequence_number":',
+}
+
 
 class ResponseStream:
     """The face's StreamEncoder. `on_done` gets the final response object (the store)."""
@@ -294,6 +316,9 @@ class ResponseStream:
         self._writer = writer
         self._on_done = on_done
         self._sequence = 0
+        # The fast path's constant bytes for the open item.
+        self._fast_key: tuple[str, str] | None = None
+        self._fast_head = b""
 
     def _frames(self, events: list[Event]) -> bytes:
         out = []
@@ -326,7 +351,37 @@ class ResponseStream:
         return self._frames([self._lifecycle("response.in_progress", snapshot)])
 
     def deltas(self, deltas: list[ParsedDelta]) -> bytes:
+        if len(deltas) == 1:
+            # The usual event: more text for the open item. The bytes `feed` + `_frames` would
+            # make, without the event dict.
+            delta = deltas[0]
+            kind = _FAST.get(type(delta))
+            if kind is not None and delta.text:  # type: ignore[union-attr]
+                text: str = delta.text  # type: ignore[union-attr]
+                item_id = self._writer.extend(kind, text)
+                if item_id is not None:
+                    return self._fast_frame(kind, item_id, text)
         return self._frames(self._writer.feed(deltas))
+
+    def _fast_frame(self, kind: str, item_id: str, text: str) -> bytes:
+        if self._fast_key != (kind, item_id):
+            self._fast_key = (kind, item_id)
+            name = _FAST_EVENTS[kind]
+            self._fast_head = (
+                b"event: "
+                + name
+                + b'\ndata: {"type":"'
+                + name
+                + b'","item_id":'
+                + orjson.dumps(item_id)
+                + b',"output_index":'
+                + str(self._writer.index).encode()
+                + b',"content_index":0,"delta":'
+            )
+        sequence = self._sequence
+        self._sequence += 1
+        tail = _FAST_TAILS[kind]
+        return self._fast_head + orjson.dumps(text) + tail + str(sequence).encode() + b"}\n\n"
 
     def finish(self, finish: Finish) -> bytes:
         events = self._writer.close()

@@ -654,3 +654,31 @@ def test_any_glm_output_any_split(output: Any, data: st.DataObject) -> None:
     ]
     final = sdk_final(stream_bytes(batches, end, PROPERTY_NAMES))
     assert [item.type for item in final.output] == kinds(response)
+
+
+class _SlowStream(ResponseStream):
+    """Every batch through ItemWriter.feed and the event dicts: the fast path's reference."""
+
+    def deltas(self, deltas: list[ParsedDelta]) -> bytes:
+        return self._frames(self._writer.feed(deltas))
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from(
+                [R("think "), R(" "), C("Hi"), C(" "), C('say "x"\\n'), C("\n"), R("é🙂")]
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+        max_size=12,
+    )
+)
+def test_the_one_delta_fast_path_sends_the_bytes_feed_would(batches: Batches) -> None:
+    fast = ResponseStream(INFO, writer())
+    slow = _SlowStream(INFO, writer())
+    sent_fast = fast.start() + b"".join(fast.deltas(list(b)) for b in batches)
+    sent_slow = slow.start() + b"".join(slow.deltas(list(b)) for b in batches)
+    end = finish()
+    assert sent_fast + fast.finish(end) == sent_slow + slow.finish(end)
