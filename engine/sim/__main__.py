@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from prometheus_client import disable_created_metrics
 
 from engine.sim.app import build_app
 from engine.sim.faults import FaultSpecError, parse_fault
-from engine.sim.profile import DEFAULT_PROFILE, ProfileError, load_profile
+from engine.sim.profile import (
+    DEFAULT_PROFILE,
+    Profile,
+    ProfileError,
+    load_profile,
+    parse_mm_limits,
+    parse_mm_process_config,
+)
 from engine.sim.settings import SimSettings
 from engine.sim.watched import silence_injected_disconnects
 
@@ -72,8 +82,35 @@ def parser() -> argparse.ArgumentParser:
         default="asyncio",
         help="event loop implementation (uvicorn's --loop)",
     )
+    p.add_argument(
+        "--mm-process-config",
+        type=json.loads,
+        help='as the engine\'s flag: {"image": {"max_pixels": N}} (default: the profile\'s)',
+    )
+    p.add_argument(
+        "--limit-mm-data-per-request",
+        type=json.loads,
+        help="as the engine's flag, e.g. {\"image\": 4} (default: the profile's)",
+    )
     p.add_argument("--log-level", default="warning")
     return p
+
+
+def _image_flags(profile: Profile, args: argparse.Namespace) -> Profile:
+    """The engine's image flags over the profile's images section."""
+    if args.mm_process_config is None and args.limit_mm_data_per_request is None:
+        return profile
+    if profile.images is None:
+        raise SystemExit("the profile has no images section: the model takes no images")
+    changes: dict[str, Any] = {}
+    try:
+        if args.mm_process_config is not None:
+            changes["max_pixels_flag"] = parse_mm_process_config(args.mm_process_config)
+        if args.limit_mm_data_per_request is not None:
+            changes["limit_mm_data_per_request"] = parse_mm_limits(args.limit_mm_data_per_request)
+    except ProfileError as exc:
+        raise SystemExit(str(exc)) from None
+    return dataclasses.replace(profile, images=dataclasses.replace(profile.images, **changes))
 
 
 def settings_from_args(argv: list[str]) -> SimSettings:
@@ -86,7 +123,7 @@ def settings_from_args(argv: list[str]) -> SimSettings:
     except (ProfileError, FaultSpecError) as exc:
         raise SystemExit(str(exc)) from None
     settings = SimSettings(
-        profile=profile,
+        profile=_image_flags(profile, args),
         host=args.host,
         port=args.port,
         time_scale=args.time_scale,

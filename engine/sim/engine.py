@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 
 from engine.sim.checkpoints import CheckpointPool
 from engine.sim.faults import Fault
+from engine.sim.images import ExpandedPrompt, ImageSize, expand_ids, expand_text, pad_values
+from engine.sim.media import check_media, load_images
 from engine.sim.metrics import SimMetrics
 from engine.sim.output import CONTENT_WORDS, OutputControls, plan_output, words
 from engine.sim.perf import PerfModel
@@ -30,6 +33,9 @@ class SimEngine:
         self.process_fault: Fault | None = settings.fault
         self.fault_rate = settings.fault_rate
         self._fault_rng = random.Random(0)
+        # The engine's tokenizer manager loads a request's images on its own event loop, one
+        # request at a time; the simulator does it in a worker thread, also one at a time.
+        self._image_loading = asyncio.Lock()
         self.scheduler = Scheduler(
             perf=self.perf,
             pool=self.pool,
@@ -70,12 +76,40 @@ class SimEngine:
         """A text prompt as /generate counts it; /tokenize answers with the same count."""
         return from_text(text, self.settings.profile.bytes_per_token)
 
-    def create_request(self, params: GenerateParams) -> SimRequest:
+    async def load_images(self, params: GenerateParams) -> list[ImageSize]:
+        """The request's images, checked and decoded as the engine does (engine/sim/media.py);
+        none for a text-only request, or when the model takes no images (the engine then
+        ignores image_data)."""
+        images = self.settings.profile.images
+        if images is None:
+            return []
+        request = check_media(params, images)
+        if request is None:
+            return []
+        async with self._image_loading:
+            return await asyncio.to_thread(load_images, request, images.max_pixels)
+
+    def _prompt(self, params: GenerateParams, images: list[ImageSize]) -> ExpandedPrompt:
         profile = self.settings.profile
+        if not images or profile.images is None:
+            if params.input_ids is not None:
+                return ExpandedPrompt(from_ids(params.input_ids), ())
+            return ExpandedPrompt(self.tokenize(params.text or ""), ())
+        counts = [image.tokens for image in images]
+        pads = pad_values(images, profile.images.max_pixels, profile.images.mm_splitting)
         if params.input_ids is not None:
-            prompt = from_ids(params.input_ids)
-        else:
-            prompt = self.tokenize(params.text or "")
+            return expand_ids(params.input_ids, profile.images.image_token_id, counts, pads)
+        return expand_text(
+            params.text or "", profile.images.image_token, counts, pads, profile.bytes_per_token
+        )
+
+    def create_request(
+        self, params: GenerateParams, images: list[ImageSize] | None = None
+    ) -> SimRequest:
+        """A request to submit; `images` come from load_images and expand the prompt."""
+        profile = self.settings.profile
+        expanded = self._prompt(params, images or [])
+        prompt = expanded.seq
         context = profile.context_length
         if prompt.count >= context:
             # SGLang's wording (tokenizer_manager._validate_one_request in sglang-kt 0.7.2).
@@ -109,5 +143,11 @@ class SimEngine:
         )
         plan = plan_output(params.text, controls, rng, profile.bytes_per_token)
         return SimRequest(
-            params=params, prompt=prompt, plan=plan, rng=rng, fault=self._fault(params)
+            params=params,
+            prompt=prompt,
+            plan=plan,
+            rng=rng,
+            fault=self._fault(params),
+            images=tuple(images or ()),
+            images_end=expanded.images_end,
         )

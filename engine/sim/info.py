@@ -72,8 +72,24 @@ def model_info_body(engine: SimEngine) -> dict[str, Any]:
         "weight_version": "default",
         "model_type": p.model_type,
         "architectures": list(p.architectures),
-        "has_image_understanding": False,
+        # As sglang-kt 0.7.2 (http_server.py model_info): true for a model with a vision
+        # tower; nothing about image bounds is reported here (see /server_info).
+        "has_image_understanding": p.images is not None,
         "has_audio_understanding": False,
+    }
+
+
+def _mm_server_args(engine: SimEngine) -> dict[str, Any]:
+    """The image bounds SGLang's /server_info shows (its server_args): --mm-process-config
+    ({} when not set) and --limit-mm-data-per-request (null when not set)."""
+    images = engine.settings.profile.images
+    if images is None or images.max_pixels_flag is None:
+        mm_process_config: dict[str, Any] = {}
+    else:
+        mm_process_config = {"image": {"max_pixels": images.max_pixels_flag}}
+    return {
+        "mm_process_config": mm_process_config,
+        "limit_mm_data_per_request": None if images is None else images.limit_mm_data_per_request,
     }
 
 
@@ -106,6 +122,7 @@ async def server_info(request: Request) -> Response:
             "num_running_reqs": engine.scheduler.running_count,
             "num_queue_reqs": engine.scheduler.queued_count,
             "fault": None if engine.process_fault is None else engine.process_fault.kind.value,
+            **_mm_server_args(engine),
             "version": "sim",
         }
     )
@@ -207,6 +224,10 @@ async def sim_model(request: Request) -> Response:
             "prompt_tokens": prompt,
             "cached_tokens": cached,
             "prefill_s": engine.perf.prefill_seconds(prompt, cached),
+            # The same prompt on the hybrid route a batch holding an image takes (uncalibrated).
+            "hybrid_prefill_s": engine.perf.hybrid_prefill_seconds(prompt, cached)
+            if engine.settings.profile.images is not None
+            else None,
             "context": context,
             "batch_size": batch,
             "decode_ms_per_step": step * 1000,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,10 +16,13 @@ from starlette.types import Send
 from engine.sim.engine import SimEngine
 from engine.sim.errors import error_response, read_json
 from engine.sim.faults import Fault, FaultKind
-from engine.sim.requests import SimRequestError, parse_generate
+from engine.sim.media import ImageLoadError, MediaValueError
+from engine.sim.requests import GenerateParams, SimRequestError, parse_generate
 from engine.sim.scheduler import QueueFullError
 from engine.sim.state import SimRequest
 from engine.sim.watched import InjectedDisconnectError, WatchedResponse
+
+log = logging.getLogger(__name__)
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -166,20 +170,47 @@ async def _strike_blocking(
         yield b'{"text": "malformed, "meta_info": '
 
 
+def _engine_value_error(exc: MediaValueError, stream: bool) -> Response:
+    """As SGLang's /generate answers a ValueError: a 400, or in the stream after its 200."""
+    if not stream:
+        return error_response(exc.status, exc.message, "invalid_request_error", exc.param)
+    body = sse({"error": {"message": exc.message}}) + DONE
+    return Response(body, 200, headers={k.decode(): v.decode() for k, v in SSE_HEADERS})
+
+
+def _load_failure(exc: ImageLoadError, stream: bool) -> Response | WatchedResponse:
+    """SGLang does not catch the RuntimeError of a failed image load: a bare 500, or a stream
+    cut right after its 200 (the simulator's 500 says why, as the engine's log does)."""
+    log.warning("image load failed (as the engine would): %s", exc.message)
+    if not stream:
+        return error_response(500, exc.message, "server_error")
+
+    async def body(send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        raise InjectedDisconnectError(exc.message)
+
+    return WatchedResponse(body, lambda: None)
+
+
 async def generate(request: Request) -> Response | WatchedResponse:
     engine: SimEngine = request.app.state.engine
+    params: GenerateParams | None = None
     try:
         params = parse_generate(
             await read_json(request, engine),
             request.headers.get("x-sim-fault"),
             request.headers.get("x-request-id"),
         )
-        req = engine.create_request(params)
+        req = engine.create_request(params, await engine.load_images(params))
         if req.fault is not None and req.fault.kind is FaultKind.UNAVAILABLE:
             return error_response(
                 503, "simulated engine unavailable (fault injection)", "server_error"
             )
         engine.scheduler.submit(req)
+    except MediaValueError as exc:
+        return _engine_value_error(exc, params is not None and params.stream)
+    except ImageLoadError as exc:
+        return _load_failure(exc, params is not None and params.stream)
     except SimRequestError as exc:
         return error_response(exc.status, exc.message, "invalid_request_error", exc.param)
     except QueueFullError as exc:

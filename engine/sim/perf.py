@@ -9,7 +9,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from engine.sim.profile import Profile
+from engine.sim.images import ImageSize
+from engine.sim.profile import ImageProfile, Profile
 
 
 def interpolate(table: Sequence[tuple[float, float]], x: float) -> float:
@@ -60,17 +61,55 @@ class PerfModel:
             seconds += self._profile.checkpoint_restore_seconds
         return seconds
 
-    def prefill_batch_seconds(self, requests: Sequence[tuple[int, int]]) -> float:
-        """Prompts prefilled in one forward share the floor; each restored checkpoint costs."""
-        marginal = sum(
-            self._work_up_to(prompt) - self._work_up_to(max(0, min(cached, prompt)))
-            for prompt, cached in requests
-        )
+    def prefill_batch_seconds(
+        self, requests: Sequence[tuple[int, int]], *, hybrid: bool = False
+    ) -> float:
+        """Prompts prefilled in one forward share the floor; each restored checkpoint costs.
+
+        `hybrid`: the batch holds an image request, so all of it takes the CPU-expert hybrid
+        route (uncalibrated rate, no layer-wise table) instead of the layer-wise one."""
+        if hybrid:
+            images = self._images()
+            uncached = sum(prompt - max(0, min(cached, prompt)) for prompt, cached in requests)
+            floor = images.hybrid_floor_seconds
+            marginal = uncached / images.hybrid_tokens_per_second
+        else:
+            floor = self._profile.prefill_floor_seconds
+            marginal = sum(
+                self._work_up_to(prompt) - self._work_up_to(max(0, min(cached, prompt)))
+                for prompt, cached in requests
+            )
         restores = sum(1 for prompt, cached in requests if min(cached, prompt) > 0)
-        return (
-            max(self._profile.prefill_floor_seconds, marginal)
-            + restores * self._profile.checkpoint_restore_seconds
-        )
+        return max(floor, marginal) + restores * self._profile.checkpoint_restore_seconds
+
+    def hybrid_prefill_seconds(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
+        """One prompt's prefill on the hybrid route (a request that holds an image)."""
+        return self.prefill_batch_seconds([(prompt_tokens, cached_tokens)], hybrid=True)
+
+    def vision_seconds(self, patches: Sequence[int]) -> float:
+        """The vision tower over each image's patches (attention within each image)."""
+        images = self._images()
+        a, b = images.vision_seconds_per_patch, images.vision_seconds_per_patch_squared
+        return sum(a * p + b * p * p for p in patches)
+
+    def preprocess_seconds(self, megapixels: Sequence[float]) -> float:
+        """Decoding and resizing the source images."""
+        return self._images().preprocess_seconds_per_megapixel * sum(megapixels)
+
+    def image_seconds(
+        self, images: Sequence[ImageSize], cached_tokens: int, images_end: int
+    ) -> tuple[float, float]:
+        """(preprocessing, vision tower) of a request's images. The tower is skipped when the
+        cached prefix covers every image (SGLang's mm_utils.py); preprocessing never is."""
+        preprocess = self.preprocess_seconds([image.megapixels for image in images])
+        if cached_tokens >= images_end:
+            return preprocess, 0.0
+        return preprocess, self.vision_seconds([image.patches for image in images])
+
+    def _images(self) -> ImageProfile:
+        if self._profile.images is None:
+            raise ValueError("the profile has no images section: the model takes no images")
+        return self._profile.images
 
     def batch_factor(self, batch_size: int) -> float:
         """How much longer a step with batch_size requests takes than a bs1 step."""

@@ -40,6 +40,15 @@ class SimOverrides:
 
 
 @dataclass(frozen=True)
+class RawMedia:
+    """The multimodal fields as sent; engine/sim/media.py checks them as the engine does."""
+
+    image_data: Any = None
+    video_data: Any = None
+    audio_data: Any = None
+
+
+@dataclass(frozen=True)
 class GenerateParams:
     rid: str
     text: str | None
@@ -58,6 +67,8 @@ class GenerateParams:
     # The x-request-id header the request came with (a router's or a client's id), for
     # /sim/timings; SGLang itself ignores it.
     request_id: str | None = None
+    # image_data, video_data, audio_data; None when the body has none of them.
+    media: RawMedia | None = None
 
 
 def _is_int(value: Any) -> bool:
@@ -228,7 +239,13 @@ def parse_generate(
         sim=parse_overrides(body.get("custom_params"), header_fault),
         grammar_tools=_grammar_tools(sampling.get("ebnf")),
         request_id=request_id,
+        media=_media(body),
     )
+
+
+def _media(body: dict[str, Any]) -> RawMedia | None:
+    media = RawMedia(body.get("image_data"), body.get("video_data"), body.get("audio_data"))
+    return None if media == RawMedia() else media
 
 
 # A grammar that forces GLM tool calls spells each allowed call as `"<tool_call>" "NAME"`.

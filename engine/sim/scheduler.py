@@ -234,14 +234,21 @@ class Scheduler:
         return self._loop.time() - started
 
     async def _prefill(self, batch: list[SimRequest]) -> None:
+        # One image request sends the whole batch down the hybrid route (MEDIA.md 2.5).
+        hybrid = any(r.images for r in batch)
+        for req in batch:
+            if req.images:
+                times = self.perf.image_seconds(req.images, req.cached_tokens, req.images_end)
+                req.model.preprocess_seconds, req.model.vision_seconds = times
         seconds = self.perf.prefill_batch_seconds(
-            [(r.prompt_tokens, r.cached_tokens) for r in batch]
-        )
+            [(r.prompt_tokens, r.cached_tokens) for r in batch], hybrid=hybrid
+        ) + sum(r.model.vision_seconds + r.model.preprocess_seconds for r in batch)
         start_model = self.model_now()
         now = self._loop.time()
         for req in batch:
             req.model.prefill_start = start_model
             req.model.prefill_seconds = seconds
+            req.model.prefill_path = "hybrid" if hybrid else "layerwise"
             self.metrics.queue_time.observe(now - req.wall_arrival)
             self.metrics.record_prefill(req.prompt_tokens, req.cached_tokens)
             self._running[req.rid] = req

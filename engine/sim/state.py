@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from engine.sim.faults import Fault
+from engine.sim.images import ImageSize
 from engine.sim.requests import GenerateParams
 from engine.sim.tokens import TokenSeq
 
@@ -34,6 +35,13 @@ class ModelTimes:
     finish: float | None = None
     decode_steps: int = 0
     decode_seconds: float = 0.0
+    # "hybrid" when the prefill batch held an image request (all its members), else "layerwise".
+    prefill_path: str = "layerwise"
+    image_tokens: tuple[int, ...] = ()
+    # Parts of prefill_seconds: the vision tower (skipped when the cached prefix covers every
+    # image) and the images' preprocessing.
+    vision_seconds: float = 0.0
+    preprocess_seconds: float = 0.0
 
     def summary(self, time_scale: float) -> dict[str, Any]:
         def since(t: float | None) -> float | None:
@@ -53,6 +61,10 @@ class ModelTimes:
                 else None
             ),
             "e2e_s": since(self.finish),
+            "prefill_path": self.prefill_path,
+            "image_tokens": list(self.image_tokens),
+            "vision_s": round(self.vision_seconds, 6),
+            "preprocess_s": round(self.preprocess_seconds, 6),
         }
 
 
@@ -63,6 +75,9 @@ class SimRequest:
     plan: list[str]
     rng: random.Random
     fault: Fault | None
+    # The request's images in prompt order, and where their tokens end in the prompt.
+    images: tuple[ImageSize, ...] = ()
+    images_end: int = 0
     phase: Phase = Phase.QUEUED
     cached_tokens: int = 0
     prompt_checkpoint: bytes | None = None
@@ -90,6 +105,7 @@ class SimRequest:
 
     def __post_init__(self) -> None:
         self.prompt_tokens = self.prompt.count
+        self.model.image_tokens = tuple(image.tokens for image in self.images)
 
     def add_token(self, token: int, piece: str) -> None:
         if self.ids:

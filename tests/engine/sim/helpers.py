@@ -1,11 +1,15 @@
-"""Helpers for talking to a simulator process in tests: SSE parsing, /generate, /metrics."""
+"""Helpers for talking to a simulator process in tests: SSE parsing, /generate, /metrics,
+images as data URLs."""
 
 from __future__ import annotations
 
+import base64
+from io import BytesIO
 from typing import Any
 
 import httpx
 import orjson
+from PIL import Image
 
 GLM_PROMPT = "[gMASK]<sop><|system|>Reasoning Effort: Max<|user|>Hello there<|assistant|><think>"
 
@@ -40,3 +44,23 @@ def metric(url: str, name: str) -> float:
         if line.startswith(name + "{") or line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+IMAGE_MARKER = "<|begin_of_image|><|image|><|end_of_image|>"
+
+
+def image_bytes(
+    width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30), fmt: str = "PNG"
+) -> bytes:
+    buffer = BytesIO()
+    Image.new("RGB", (width, height), colour).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def data_url(data: bytes, mime: str = "image/png") -> str:
+    return f"data:{mime};base64," + base64.b64encode(data).decode()
+
+
+def png_url(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30)) -> str:
+    """A solid-colour PNG as a data URL."""
+    return data_url(image_bytes(width, height, colour))
