@@ -27,6 +27,7 @@ SUITES: dict[str, str] = {
     "sessions": "bench.sessions",
     "soak": "bench.soak",
     "kernels": "bench.kernels_device",
+    "media": "bench.media",
 }
 
 

@@ -40,6 +40,12 @@ class ModelSettings(_Section):
     # Appended after the open tag when a client turns reasoning off: the block is closed empty,
     # as the template renders past turns without reasoning.
     reasoning_close_tag: str = "</think>"
+    # What the template writes for one image, and its tokens, each once per image: client text
+    # holding them is refused (the engine pairs images with markers in order).
+    image_marker: str = "<|begin_of_image|><|image|><|end_of_image|>"
+    image_marker_tokens: list[str] = Field(
+        default_factory=lambda: ["<|begin_of_image|>", "<|image|>", "<|end_of_image|>"]
+    )
     owned_by: str = "flashbox"
     # The parsers need the reasoning and tool-call markup, which are special tokens.
     skip_special_tokens: bool = False
@@ -247,6 +253,80 @@ class ShutdownSettings(_Section):
     abort_grace_s: float = Field(default=5.0, gt=0)
 
 
+# Pillow's names for the image containers the media stage reads.
+ImageFormat = Literal["PNG", "JPEG", "WEBP", "GIF"]
+IMAGE_FORMATS: tuple[ImageFormat, ...] = ("PNG", "JPEG", "WEBP", "GIF")
+
+
+class MediaRemoteSettings(_Section):
+    """Images given as http(s) URLs (gateway/media/fetch.py). Off by default: fetching a URL a
+    client names is a server-side request forgery risk, so it is an operator's explicit choice
+    and is bounded on every side."""
+
+    enabled: bool = False
+    # Exact host names (no wildcards, no suffix match) that images may be fetched from;
+    # compared case-insensitively with the URL's host, and re-checked on every redirect hop.
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Plain http lets anyone on the path swap the image; only for hosts on a trusted network.
+    allow_http: bool = False
+    # A redirect can lead an allowed host's URL anywhere; when on, every hop is checked again
+    # (scheme, host, resolved address) and at most max_redirects are followed.
+    allow_redirects: bool = False
+    max_redirects: int = Field(default=3, ge=0, le=10)
+    connect_timeout_s: float = Field(default=3.0, gt=0)
+    # One image's whole fetch: name resolution, every hop, and the body (a slow body is cut).
+    total_timeout_s: float = Field(default=10.0, gt=0)
+    # Fetches in flight at once across the gateway; more wait (inside their total timeout).
+    max_concurrent_fetches: int = Field(default=16, gt=0)
+    user_agent: str = "flashbox-gateway"
+
+
+class MediaSettings(_Section):
+    """Images in requests (gateway/media): what is accepted and every bound on its cost.
+
+    The engine (sglang-kt) trusts any image_data string, so the gateway sends it only data URLs
+    it built from bytes it has checked. docs: ../shared/docs/MEDIA.md sections 7.2 and 7.5."""
+
+    # The engine refuses more than 8 images in one request (its --limit-mm-data-per-request).
+    max_images: int = Field(default=8, ge=0, le=8)
+    # Decoded bytes of one image, and of all images in one request. A data URL's base64 is
+    # 4/3 of its bytes and also counts against limits.max_body_bytes, which is the first bound.
+    max_image_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    max_request_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    # Width x height read from the header before any pixel is decoded (decompression bombs).
+    # At most Pillow's own warning threshold, so Pillow's process-wide guard never decides.
+    max_decoded_pixels: int = Field(default=40_000_000, gt=0, le=89_478_485)
+    # Longer side / shorter side; the engine's smart_resize raises above 200.
+    max_aspect_ratio: float = Field(default=200.0, ge=1.0, le=200.0)
+    # The engine's --mm-process-config image.max_pixels (the launcher renders both from the
+    # engine profile): the gateway's token estimate uses it. The engine accepts 12,544 to
+    # 6,272,000 (its default); 1,254,400 caps an image at 800 tokens (MEDIA.md 2.3, 7.4).
+    engine_max_pixels: int = Field(default=1_254_400, ge=12_544, le=6_272_000)
+    # Estimated prompt tokens of all images in one request, markers included:
+    # 8 images x (800 + 2) at engine_max_pixels 1,254,400. Raise it with engine_max_pixels.
+    max_request_image_tokens: int = Field(default=6416, gt=0)
+    # Container formats accepted (Pillow's names); GIF is sent as its first frame, as PNG.
+    formats: list[ImageFormat] = Field(default_factory=lambda: list(IMAGE_FORMATS), min_length=1)
+    # Decode every pixel once: a truncated or corrupt image is then a 400 here instead of a
+    # RuntimeError that breaks the engine's stream. Costs CPU (bench: python -m bench media).
+    full_decode: bool = True
+    # Apply EXIF orientation (and send the result as PNG), as transformers' load_image does.
+    # Off: SGLang itself ignores EXIF, and which convention the model was trained on is
+    # unconfirmed; on, a rotated phone photo is re-encoded, losslessly, and grows.
+    exif_transpose: bool = False
+    # Images of at least this many bytes, or whose header declares at least this many pixels
+    # (a few KB of PNG can hold tens of megapixels), are decoded and checked in a worker
+    # thread; smaller ones cost less than the hand-off and are checked on the event loop.
+    offload_min_bytes: int = Field(default=32 * 1024, ge=0)
+    offload_min_pixels: int = Field(default=256 * 1024, ge=0)
+    # Images checked at once across the gateway, in worker threads; more wait their turn.
+    # Each holds its pixels (up to 4 bytes x max_decoded_pixels), and each is a thread that
+    # competes with the event loop for the GIL: with 8 large PNGs in flight the loop's longest
+    # stall was ~6 ms at 1, ~10 ms at 2, 10-17 ms at 4 (bench: python -m bench media).
+    max_concurrent_checks: int = Field(default=2, gt=0)
+    remote: MediaRemoteSettings = Field(default_factory=MediaRemoteSettings)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="FLASHBOX_",
@@ -276,6 +356,7 @@ class Settings(BaseSettings):
     reasoning: ReasoningSettings = Field(default_factory=ReasoningSettings)
     anthropic: AnthropicSettings = Field(default_factory=AnthropicSettings)
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
+    media: MediaSettings = Field(default_factory=MediaSettings)
     # Passed as-is to gateway.render's own settings model (RenderSettings), which validates it.
     render: dict[str, Any] = Field(default_factory=dict)
 

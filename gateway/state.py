@@ -15,6 +15,7 @@ from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.relay import error_kind
 from gateway.errors import GatewayError
 from gateway.faces.responses.store import ResponseStore
+from gateway.media import MediaResolver
 from gateway.observability.metrics import Metrics
 from gateway.observability.timeline import RequestRecord
 from gateway.parsers.base import ParserFactory
@@ -42,6 +43,7 @@ class AppState:
     constraint_builder: DecodingConstraintBuilder
     reasoning_codec: ReasoningCodec
     responses: ResponseStore
+    media: MediaResolver
     in_flight: int = 0
     # Fire-and-forget work (abort_request calls) kept referenced until done.
     background: set[asyncio.Task[bool]] = field(default_factory=set)
@@ -86,6 +88,7 @@ def build_state(
         parser_factory=load_parser_factory(settings.model.family),
         constraint_builder=load_constraint_builder(settings.model.family),
         reasoning_codec=_reasoning_codec(settings),
+        media=MediaResolver(settings.media, metrics),
         responses=ResponseStore(
             max_entries=settings.responses.store_max_entries,
             max_bytes=settings.responses.store_max_bytes,
@@ -124,3 +127,4 @@ async def stop(state: AppState) -> None:
     if state.background:
         await asyncio.wait(state.background, timeout=state.settings.upstream.abort_timeout_s)
     await state.engine.aclose()
+    await state.media.aclose()

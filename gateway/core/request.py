@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.core.images import ImageSlots
+
 ToolChoice = str | dict[str, Any] | None
 
 
@@ -63,3 +65,5 @@ class CoreRequest:
     clamp_max_tokens: bool = False
     # Forwarded to /generate when upstream.forward_custom_params is on (the simulator's knobs).
     custom_params: Any = None
+    # The request's images: their parts in `messages` are sentinels (gateway.core.images).
+    images: ImageSlots | None = None

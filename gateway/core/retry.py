@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from gateway.core.images import stable_parts
 from gateway.core.request import CoreRequest
 from gateway.errors import (
     EngineUnreachableError,
@@ -24,7 +25,10 @@ def request_session_key(request: CoreRequest, settings: RoutingSettings) -> str:
     if header and hints.conversation:
         # A subagent's conversation has its own prompt and checkpoint: its own key.
         header = f"{header}\0{hints.conversation}"
-    return session_key(header, hints.body, settings.session_fields, request.messages, request.tools)
+    messages = request.messages
+    if request.images and not header:
+        messages = stable_parts(messages, request.images)
+    return session_key(header, hints.body, settings.session_fields, messages, request.tools)
 
 
 def classify_failure(exc: GatewayError) -> tuple[Outcome, bool]:

@@ -18,11 +18,13 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from gateway.core.answer import Answer
+from gateway.core.images import check_markers
 from gateway.core.relay import Relay, error_kind
 from gateway.core.request import CoreRequest
 from gateway.core.retry import backoff_s, classify_failure, request_session_key
 from gateway.engine_stream import EngineStream
 from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError
+from gateway.media import CheckedImage, ImageRef
 from gateway.observability.timeline import RequestRecord
 from gateway.routing import Outcome, Replica, RequestContext
 from gateway.sampling import add_constraint, generate_body
@@ -100,14 +102,22 @@ class Run:
     async def _prepare(self) -> Relay:
         state, chat, record = self._state, self._chat, self._record
         record.mark("queue")
-        prompt = await render_prompt(state, chat)
+        images = await resolve_images(state, chat)
+        if images:
+            record.mark("media")
+        prompt, order = await render_prompt(state, chat)
         record.mark("render")
         tag = state.settings.model.reasoning_open_tag
         in_reasoning = bool(tag) and prompt.endswith(tag)
         ctx = self._ctx = RequestContext(self._rid, self._session_key, prompt)
         body = generate_body(chat, prompt, self._rid, state.settings)
+        placed = [images[i] for i in order]
+        if placed:
+            # Only checked bytes, as data URLs the gateway built: the engine would fetch or
+            # open anything else it is given.
+            body["image_data"] = [image.data_url for image in placed]
         if chat.clamp_max_tokens:
-            await self._fit_output(prompt, body["sampling_params"])
+            await self._fit_output(prompt, body["sampling_params"], extra_tokens(placed))
         constraint = state.constraint_builder(
             tools=chat.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
         )
@@ -127,7 +137,7 @@ class Run:
         )
         return self._relay
 
-    async def _fit_output(self, prompt: str, params: dict[str, Any]) -> None:
+    async def _fit_output(self, prompt: str, params: dict[str, Any], extra: int = 0) -> None:
         """Lower max_new_tokens to what fits in the engine's context (SGLang refuses a prompt
         plus max_new_tokens past its context, and its auto-truncation would cut the prompt).
 
@@ -143,11 +153,12 @@ class Run:
         replica = min(known, key=lambda r: r.context_length or 0)
         context = replica.context_length or 0
         # Margin for special tokens the engine's tokenizer may add to the text's own.
-        wanted = int(params["max_new_tokens"]) + _SPECIAL_TOKENS_MARGIN
+        # `extra`: what images add to the text's own tokens (the engine's /tokenize is text-only).
+        wanted = int(params["max_new_tokens"]) + _SPECIAL_TOKENS_MARGIN + extra
         if len(prompt) * 4 + wanted < context or len(prompt.encode()) + wanted < context:
             return
-        wanted -= _SPECIAL_TOKENS_MARGIN
-        tokens = await self._state.engine.count_prompt_tokens(replica, prompt)
+        wanted -= _SPECIAL_TOKENS_MARGIN + extra
+        tokens = await self._state.engine.count_prompt_tokens(replica, prompt) + extra
         if tokens >= context:
             raise ContextLengthError(tokens, context)
         params["max_new_tokens"] = min(wanted, context - tokens - 1)
@@ -231,8 +242,23 @@ class Run:
         )
 
 
-async def render_prompt(state: AppState, request: CoreRequest) -> str:
-    """Hop 2: the prompt text for `request` (also what count_tokens counts)."""
+async def resolve_images(state: AppState, request: CoreRequest) -> list[CheckedImage]:
+    """The media stage: every image of the request checked (in request order)."""
+    if not request.images:
+        return []
+    refs = [ImageRef(slot.url, slot.where) for slot in request.images.slots]
+    return await state.media.resolve(refs)
+
+
+def extra_tokens(images: list[CheckedImage]) -> int:
+    """What images add to the prompt's text tokens: each marker's image token becomes the
+    image's own tokens (CheckedImage.tokens counts the begin/end markers too)."""
+    return sum(image.tokens - 3 for image in images)
+
+
+async def render_prompt(state: AppState, request: CoreRequest) -> tuple[str, list[int]]:
+    """Hop 2: the prompt text for `request` (also what count_tokens counts), and the order in
+    which the template shows the request's images (indices into request.images)."""
     renderer = state.renderer
     offload = state.settings.render_offload
     # tool_choice "none": the model is not offered the tools at all, so it cannot call them.
@@ -255,4 +281,8 @@ async def render_prompt(state: AppState, request: CoreRequest) -> str:
         # Reasoning off: the prompt closes the block, as past turns without reasoning are
         # rendered, so the model answers at once and the next turn's prompt extends this one.
         prompt += model.reasoning_close_tag
-    return prompt
+    order: list[int] = []
+    if request.images:
+        prompt, order = request.images.place(prompt, model.image_marker)
+    check_markers(prompt, tuple(model.image_marker_tokens), len(order))
+    return prompt, order

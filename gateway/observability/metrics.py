@@ -45,10 +45,34 @@ RENDER_BUCKETS = (
 )  # fmt: skip
 
 # flashbox_ttft_stage_seconds{stage}: time from request arrival to the end of each stage.
-STAGES = ("queue", "render", "route", "upstream_first_byte", "first_reasoning_token",
+# "media": images resolved and checked (gateway/media), before rendering; only requests with
+# images have it.
+STAGES = ("queue", "media", "render", "route", "upstream_first_byte", "first_reasoning_token",
           "first_content_token")  # fmt: skip
 # flashbox_upstream_aborts_total{phase}: where the request was when the client left.
 ABORT_PHASES = ("queued", "before_first_token", "streaming", "non_streaming")
+# flashbox_media_*: where an image came from (a data: URL in the request, or a fetched URL).
+MEDIA_SOURCES = ("data", "url")
+# flashbox_media_rejected_total{reason}: one per refused request. Each reason is also the error
+# code the client sees (gateway/media/errors.py types them; a test keeps the two equal).
+MEDIA_REJECT_REASONS = (
+    "too_many_images", "unsupported_image_source", "malformed_image_url", "malformed_data_url",
+    "invalid_base64", "unsupported_image_type", "unsupported_image_format", "image_too_large",
+    "media_request_too_large", "image_too_many_pixels", "image_aspect_ratio",
+    "image_tokens_exceeded", "bad_image", "remote_images_disabled", "image_host_not_allowed",
+    "insecure_image_url", "image_address_denied", "image_redirect_denied", "image_fetch_timeout",
+    "image_fetch_failed",
+)  # fmt: skip
+MEDIA_BYTES_BUCKETS = (
+    1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 2097152.0, 4194304.0, 8388608.0,
+    16777216.0, 33554432.0,
+)  # fmt: skip
+MEDIA_FETCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0)
+# Image tokens incl. the 2 markers: 11 is the smallest image; 802 and 4,002 are the caps at
+# engine max_pixels 1,254,400 and 6,272,000.
+MEDIA_TOKEN_BUCKETS = (
+    11.0, 32.0, 64.0, 128.0, 256.0, 400.0, 600.0, 802.0, 1200.0, 2000.0, 3000.0, 4002.0,
+)  # fmt: skip
 
 
 _Metric = TypeVar("_Metric", bound=MetricWrapperBase)
@@ -162,6 +186,40 @@ class Metrics:
         )
         for phase in ABORT_PHASES:
             self.upstream_aborts.labels(phase=phase)
+
+        # Images (gateway/media): counted once each image has passed every check.
+        self.media_images = Counter(
+            "flashbox_media_images", "Images accepted, by source (data URL or fetched URL).",
+            ["source"], registry=reg,
+        )  # fmt: skip
+        self.media_bytes = Histogram(
+            "flashbox_media_bytes", "Size of each accepted image as received (decoded bytes).",
+            ["source"], buckets=MEDIA_BYTES_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.media_fetch_seconds = Histogram(
+            "flashbox_media_fetch_seconds",
+            "Time to fetch one image URL (resolution, redirects and body), failed fetches too.",
+            buckets=MEDIA_FETCH_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.media_check_seconds = Histogram(
+            "flashbox_media_check_seconds",
+            "Time to decode, check and re-encode one image (base64, Pillow, digest).",
+            buckets=RENDER_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.media_rejected = Counter(
+            "flashbox_media_rejected", "Requests refused by the media stage, by reason.",
+            ["reason"], registry=reg,
+        )  # fmt: skip
+        self.media_image_tokens = Histogram(
+            "flashbox_media_image_tokens",
+            "Estimated prompt tokens of each accepted image (the engine's resize rule, markers "
+            "included).",
+            buckets=MEDIA_TOKEN_BUCKETS, registry=reg,
+        )  # fmt: skip
+        for source in MEDIA_SOURCES:
+            self.media_images.labels(source=source)
+        for reason in MEDIA_REJECT_REASONS:
+            self.media_rejected.labels(reason=reason)
 
     def child(self, metric: _Metric, *values: str) -> _Metric:
         """`metric.labels(*values)` (in label order), looked up once: labels() validates its

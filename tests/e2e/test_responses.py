@@ -791,9 +791,10 @@ def test_a_schema_violation_is_a_400_naming_the_field(
     ("input_", "where", "says"),
     [
         (
+            # An image the media stage cannot read (it names the part and says why).
             [{"role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}],
             "input.0.content.0",
-            "input_image",
+            "data:",
         ),
         ([{"type": "compaction_summary", "x": 1}], "input.0", "compaction_summary"),
         ([{"type": "message", "role": "robot", "content": "x"}], "input.0.role", "robot"),

@@ -6,7 +6,8 @@ What each field becomes (the choices where GLM-5.3-Flash differs from Claude):
   base prompt stays a shared prefix. `role: "system"` messages render where they stand.
 - user content: `tool_result` blocks -> `tool` messages (first, as Anthropic requires them
   first), the other blocks -> one user message; `document` (text sources) and `search_result`
-  -> their text. Images wait for the media stage: a clear 400 until then.
+  -> their text; images (base64 or url sources, also inside tool_result) go to the media stage
+  (gateway.core.images places them where the template shows them).
 - assistant content: `thinking` blocks -> `reasoning_content`, restored exactly from a
   signature of ours (else the visible text), `redacted_thinking` only when ours;
   `tool_use` -> tool calls. A trailing assistant message (prefill) is refused: the model's
@@ -28,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from gateway.core.images import ImageSlots
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.request import CoreRequest, Sampling, SessionHints, ToolChoice
 from gateway.errors import InvalidRequestError
@@ -42,6 +44,7 @@ from gateway.faces.anthropic.protocol import (
     SearchResultBlock,
     TextBlock,
     ThinkingBlock,
+    ToolReferenceBlock,
     ToolResultBlock,
     ToolResultPart,
     ToolUseBlock,
@@ -78,13 +81,6 @@ class Headers:
         return self._found.get(name)
 
 
-def _images_unsupported(where: str) -> InvalidRequestError:
-    return InvalidRequestError(
-        f"{where}: image blocks are not supported by this server yet; send text only.",
-        param=where,
-    )
-
-
 def _document_text(block: DocumentBlock, where: str) -> str:
     source = block.source
     if source.get("type") == "text" and isinstance(source.get("data"), str):
@@ -114,39 +110,56 @@ def _text_part(block: TextBlock | DocumentBlock | SearchResultBlock, where: str)
     return {"type": "text", "text": _search_text(block)}
 
 
-def _tool_result_content(block: ToolResultBlock, where: str) -> Any:
-    content = block.content
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if content and all(part.type == "tool_reference" for part in content):
-        # The template expands these into the referenced tools' definitions.
-        return [{"type": "tool_reference", "name": part.tool_name} for part in content]  # type: ignore[union-attr]
-    parts: list[dict[str, str]] = []
-    for i, part in enumerate(content):
-        here = f"{where}.content.{i}"
-        parts.append(_result_part(part, here))
-    return parts
-
-
-def _result_part(part: ToolResultPart, where: str) -> dict[str, str]:
-    if isinstance(part, ImageBlock):
-        raise _images_unsupported(where)
-    if part.type == "tool_reference":
-        raise InvalidRequestError(
-            f"{where}: tool_reference blocks cannot be mixed with other blocks in one "
-            "tool_result; send them in a tool_result of their own.",
-            param=where,
-        )
-    return _text_part(part, where)
+def _image_url(block: ImageBlock, where: str) -> str:
+    source = block.source
+    kind = source.get("type")
+    if kind == "base64":
+        media_type, data = source.get("media_type"), source.get("data")
+        if isinstance(media_type, str) and isinstance(data, str):
+            return f"data:{media_type};base64,{data}"
+    elif kind == "url" and isinstance(source.get("url"), str):
+        return str(source["url"])
+    raise InvalidRequestError(
+        f"{where}.source: an image source is {{type: base64, media_type, data}} or "
+        f"{{type: url, url}} (got type {kind!r}).",
+        param=f"{where}.source",
+    )
 
 
 class _Converter:
-    def __init__(self, codec: ReasoningCodec, drop_system_prefixes: Sequence[str]) -> None:
+    def __init__(
+        self, codec: ReasoningCodec, drop_system_prefixes: Sequence[str], images: ImageSlots
+    ) -> None:
         self._codec = codec
+        self._images = images
         self._drop = tuple(drop_system_prefixes)
         self.out: list[dict[str, Any]] = []
+
+    def _tool_result_content(self, block: ToolResultBlock, where: str) -> Any:
+        content = block.content
+        if content is None:
+            return ""
+        if isinstance(content, str):
+            return content
+        if content and all(part.type == "tool_reference" for part in content):
+            # The template expands these into the referenced tools' definitions.
+            return [
+                {"type": "tool_reference", "name": part.tool_name}
+                for part in content
+                if isinstance(part, ToolReferenceBlock)
+            ]
+        return [self._result_part(part, f"{where}.content.{i}") for i, part in enumerate(content)]
+
+    def _result_part(self, part: ToolResultPart, where: str) -> dict[str, str]:
+        if isinstance(part, ImageBlock):
+            return self._images.add(_image_url(part, where), where)
+        if isinstance(part, ToolReferenceBlock):
+            raise InvalidRequestError(
+                f"{where}: tool_reference blocks cannot be mixed with other blocks in one "
+                "tool_result; send them in a tool_result of their own.",
+                param=where,
+            )
+        return _text_part(part, where)
 
     def system(self, system: str | list[TextBlock] | None) -> None:
         if system is None:
@@ -175,7 +188,7 @@ class _Converter:
             if isinstance(block, TextBlock | DocumentBlock | SearchResultBlock):
                 parts.append(_text_part(block, here))
             elif isinstance(block, ImageBlock):
-                raise _images_unsupported(here)
+                parts.append(self._images.add(_image_url(block, here), here))
             else:
                 raise InvalidRequestError(
                     f"{here}: a {block.type} block cannot appear in a system message.",
@@ -195,7 +208,7 @@ class _Converter:
                     {
                         "role": "tool",
                         "tool_call_id": block.tool_use_id,
-                        "content": _tool_result_content(block, here),
+                        "content": self._tool_result_content(block, here),
                     }
                 )
             elif isinstance(block, ThinkingBlock | RedactedThinkingBlock | ToolUseBlock):
@@ -251,9 +264,14 @@ class _Converter:
 
 
 def convert_messages(
-    request: MessagesRequest | CountTokensRequest, codec: ReasoningCodec, settings: Settings
+    request: MessagesRequest | CountTokensRequest,
+    codec: ReasoningCodec,
+    settings: Settings,
+    images: ImageSlots | None = None,
 ) -> list[dict[str, Any]]:
-    converter = _Converter(codec, settings.anthropic.drop_system_prefixes)
+    """The renderer's messages; image blocks become sentinels noted in `images`."""
+    slots = images if images is not None else ImageSlots()
+    converter = _Converter(codec, settings.anthropic.drop_system_prefixes, slots)
     converter.system(request.system)
     for index, message in enumerate(request.messages):
         converter.message(message, index)
@@ -367,10 +385,11 @@ def to_core(
         schema = orjson.dumps(fmt.schema_ or {"type": "object"}).decode()
     stops = tuple(request.stop_sequences or ())
     max_tokens = max(1, min(request.max_tokens, settings.limits.max_tokens))
+    images = ImageSlots()
     return CoreRequest(
         api=API,
         model=request.model,
-        messages=convert_messages(request, codec, settings),
+        messages=convert_messages(request, codec, settings, images),
         tools=convert_tools(request.tools),
         tool_choice=convert_tool_choice(request),
         template_kwargs=template_kwargs(request),
@@ -388,4 +407,5 @@ def to_core(
         thinking=thinking_on(request),
         clamp_max_tokens=True,
         custom_params=custom_params,
+        images=images or None,
     )

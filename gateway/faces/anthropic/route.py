@@ -15,8 +15,9 @@ from pydantic import ValidationError
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from gateway.core.images import ImageSlots
 from gateway.core.request import CoreRequest, Sampling, SessionHints
-from gateway.core.run import Run, render_prompt
+from gateway.core.run import Run, extra_tokens, render_prompt, resolve_images
 from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError, NoReplicaError
 from gateway.faces.anthropic.convert import (
     API,
@@ -32,35 +33,10 @@ from gateway.faces.anthropic.encode import MessagesAnswer
 from gateway.faces.anthropic.errors import error_response
 from gateway.faces.anthropic.protocol import CountTokensRequest, MessagesRequest
 from gateway.faces.openai_chat.input import check_counts, load_json_body, read_body
+from gateway.faces.validation import validation_message
 from gateway.state import AppState
 
 router = APIRouter()
-
-
-def _union_member(part: object) -> bool:
-    """A location part naming the member of a union pydantic tried ("str", "list[...]")."""
-    return isinstance(part, str) and (part == "str" or part.startswith("list["))
-
-
-def validation_message(exc: ValidationError) -> tuple[str, str | None]:
-    """The first problem and where it is, as Anthropic says it (`messages.0.content.1`).
-
-    Content given as a list of blocks also fails as the string it could have been; that
-    failure says nothing to fix, so the list's own problem is the one told: for a block type
-    not known here, "Input tag 'x' found using 'type' does not match any of the expected
-    tags", Anthropic's own wording, which Claude Code's capability retries look for.
-    """
-    errors = exc.errors(include_url=False)
-    useful = [
-        error
-        for error in errors
-        if "str" not in error["loc"] or isinstance(error.get("input"), str)
-    ] or errors
-    first = useful[0]
-    where = ".".join(str(part) for part in first["loc"] if not _union_member(part))
-    more = f" (and {len(useful) - 1} more problems)" if len(useful) > 1 else ""
-    text = f"Invalid request: '{where}': {first['msg']}{more}." if where else first["msg"]
-    return text, where or None
 
 
 def _validated(model: type[MessagesRequest | CountTokensRequest], raw: dict[str, object]) -> object:
@@ -138,10 +114,11 @@ async def _count(state: AppState, scope: Scope, receive: Receive) -> Response:
     raw, size = await _read(state, headers, receive)
     request = _validated(CountTokensRequest, raw)
     assert isinstance(request, CountTokensRequest)
+    images = ImageSlots()
     core = CoreRequest(
         api=API,
         model=request.model,
-        messages=convert_messages(request, state.reasoning_codec, state.settings),
+        messages=convert_messages(request, state.reasoning_codec, state.settings, images),
         tools=convert_tools(request.tools),
         tool_choice=convert_tool_choice(request),
         template_kwargs=template_kwargs(request),
@@ -150,12 +127,15 @@ async def _count(state: AppState, scope: Scope, receive: Receive) -> Response:
         session=SessionHints(),
         body_bytes=size,
         thinking=thinking_on(request),
+        images=images or None,
     )
-    prompt = await render_prompt(state, core)
+    checked = await resolve_images(state, core)
+    prompt, order = await render_prompt(state, core)
     replica = next((r for r in state.picker.replicas if r.healthy), None)
     if replica is None:
         raise NoReplicaError("No engine replica is up to count tokens; retry shortly.")
     count = await state.engine.count_prompt_tokens(replica, prompt)
+    count += extra_tokens([checked[i] for i in order])
     return Response(
         orjson.dumps({"input_tokens": count}),
         media_type="application/json",

@@ -15,6 +15,7 @@ import orjson
 from pydantic import ValidationError
 from starlette.types import Receive
 
+from gateway.core.images import ImageSlots
 from gateway.core.request import CoreRequest, Sampling, SessionHints
 from gateway.errors import (
     ClientDisconnected,
@@ -22,7 +23,8 @@ from gateway.errors import (
     NotFoundError,
     PayloadTooLargeError,
 )
-from gateway.faces.openai_chat.protocol import ChatCompletionRequest
+from gateway.faces.openai_chat.protocol import IMAGE_PARTS, ChatCompletionRequest
+from gateway.faces.validation import validation_message
 from gateway.settings import LimitSettings, Settings
 
 API = "openai"
@@ -60,16 +62,6 @@ async def read_body(receive: Receive, content_length: str | None, max_bytes: int
 
 def _too_large(max_bytes: int) -> PayloadTooLargeError:
     return PayloadTooLargeError(f"The request body is larger than the limit of {max_bytes} bytes.")
-
-
-def validation_message(exc: ValidationError) -> tuple[str, str | None]:
-    """The first problem, said so the client can fix it, and the field it is in."""
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    where = ".".join(str(part) for part in first["loc"])
-    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-    text = f"Invalid request: '{where}': {first['msg']}{more}." if where else first["msg"]
-    return text, where or None
 
 
 def _nesting_exceeds(value: object, limit: int) -> bool:
@@ -151,10 +143,11 @@ def _core(
     if request.reasoning_effort is not None:
         kwargs["reasoning_effort"] = request.reasoning_effort
     choice = request.tool_choice
+    messages, images = _with_image_slots(raw["messages"])
     return CoreRequest(
         api=API,
         model=request.model,
-        messages=raw["messages"],
+        messages=messages,
         tools=raw.get("tools"),
         tool_choice=choice if choice is None or isinstance(choice, str) else choice.model_dump(),
         template_kwargs=kwargs,
@@ -175,7 +168,40 @@ def _core(
         session=SessionHints(header=header, body=session_body),
         body_bytes=body_bytes,
         custom_params=extra.get("custom_params"),
+        images=images,
     )
+
+
+def _with_image_slots(
+    messages: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], ImageSlots | None]:
+    """The messages with each image part in a sentinel's place (gateway.core.images); copied
+    only when there are images (the client's own dicts otherwise, as the renderer takes them)."""
+    slots = ImageSlots()
+    out: list[dict[str, Any]] | None = None
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list) or not any(
+            isinstance(part, dict) and part.get("type") in IMAGE_PARTS for part in content
+        ):
+            continue
+        parts = [
+            slots.add(_image_url(part), f"messages.{i}.content.{j}")
+            if isinstance(part, dict) and part.get("type") in IMAGE_PARTS
+            else part
+            for j, part in enumerate(content)
+        ]
+        if out is None:
+            out = list(messages)
+        out[i] = {**message, "content": parts}
+    return (out, slots) if out is not None else (messages, None)
+
+
+def _image_url(part: dict[str, Any]) -> str:
+    if part.get("type") == "image_url":
+        image = part.get("image_url")
+        return str(image.get("url") if isinstance(image, dict) else image)
+    return str(part.get("url") or part.get("image"))
 
 
 def _json_schema(request: ChatCompletionRequest) -> str | None:

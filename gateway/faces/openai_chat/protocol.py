@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
 
 class _Model(BaseModel):
@@ -22,12 +30,52 @@ class TextPart(_Model):
     text: StrictStr
 
 
-# The model reads text only; these part types get a clear 400 instead of being dropped.
-_UNSUPPORTED_PARTS = frozenset({"image_url", "input_audio", "file", "video_url"})
+class ImageUrl(_Model):
+    url: StrictStr
+    detail: StrictStr | None = None  # accepted and ignored: the engine sizes images itself
+
+
+class ImageUrlPart(_Model):
+    """OpenAI's image part: `image_url` as an object or a bare string."""
+
+    type: Literal["image_url"]
+    image_url: StrictStr | ImageUrl
+
+    @property
+    def url(self) -> str:
+        return self.image_url if isinstance(self.image_url, str) else self.image_url.url
+
+
+class ImagePart(_Model):
+    """The model card's form: {"type": "image", "url": ...} (or "image": ...)."""
+
+    type: Literal["image"]
+    url: StrictStr | None = None
+    image: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImagePart:
+        if not (self.url or self.image):
+            raise ValueError("an 'image' part needs 'url' (or 'image'): a URL or a data: URL")
+        return self
+
+    @property
+    def source(self) -> str:
+        return self.url or self.image or ""
+
+
+IMAGE_PARTS = frozenset({"image_url", "image"})
+# Parts the engine cannot take (it bounds no clip's cost) or the template would drop: a 400
+# naming them, never a part silently lost.
+_UNSUPPORTED_PARTS = frozenset(
+    {"input_audio", "audio", "audio_url", "file", "video", "video_url", "input_file"}
+)
+# Other part types the template renders (a tool_reference result lists the named tools).
+_PASSED_PARTS = frozenset({"tool_reference"})
 
 
 class OtherPart(_Model):
-    """Parts the template may understand (tool_reference, tool outputs); passed through."""
+    """Parts the template understands besides text and images (tool_reference); passed through."""
 
     type: StrictStr
 
@@ -36,12 +84,19 @@ class OtherPart(_Model):
     def _known_kind(cls, value: str) -> str:
         if value == "text":
             raise ValueError("a text part needs a string 'text' field")
+        if value in IMAGE_PARTS:
+            raise ValueError(f"an {value!r} part needs its image: a URL or a data: URL")
         if value in _UNSUPPORTED_PARTS:
-            raise ValueError(f"content parts of type {value!r} are not supported (text only)")
+            raise ValueError(
+                f"content parts of type {value!r} are not supported: this server takes text "
+                "and images"
+            )
+        if value not in _PASSED_PARTS:
+            raise ValueError(f"content parts of type {value!r} are not known here")
         return value
 
 
-ContentPart = TextPart | OtherPart
+ContentPart = TextPart | ImageUrlPart | ImagePart | OtherPart
 Content = StrictStr | list[ContentPart] | None
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from gateway.core.images import ImageSlots
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.request import ToolChoice
 from gateway.errors import InvalidRequestError
@@ -170,8 +171,9 @@ def effort(reasoning_effort: str | None) -> tuple[dict[str, Any], bool]:
     return ({"reasoning_effort": mapped} if mapped else {}), True
 
 
-def _text_of(content: Any, where: str) -> Any:
-    """A message's or an output's content: a string, or text parts for the template."""
+def _text_of(content: Any, where: str, images: ImageSlots) -> Any:
+    """A message's or an output's content: a string, or text (and image) parts for the
+    template; images go to the media stage through `images`."""
     if content is None or isinstance(content, str):
         return content or ""
     if not isinstance(content, list):
@@ -184,8 +186,17 @@ def _text_of(content: Any, where: str) -> Any:
             parts.append({"type": "text", "text": str(part.get("text", ""))})
         elif kind == "refusal":
             parts.append({"type": "text", "text": str(part.get("refusal", ""))})
-        elif kind in ("input_image", "input_file", "input_audio"):
-            raise _bad(here, f"{kind} parts are not supported by this server yet; send text.")
+        elif kind == "input_image":
+            url = part.get("image_url")
+            if not isinstance(url, str) or not url:
+                raise _bad(
+                    here,
+                    "an input_image part needs image_url (a URL or a data: URL); file_id "
+                    "uploads are not stored here.",
+                )
+            parts.append(images.add(url, here))
+        elif kind in ("input_file", "input_audio"):
+            raise _bad(here, f"{kind} parts are not supported: this server takes text and images.")
         else:
             raise _bad(here, f"a content part of type {kind!r} cannot be read here.")
     return parts
@@ -198,7 +209,8 @@ def _joined(content: Any) -> str:
 
 
 class _Converter:
-    def __init__(self, codec: ReasoningCodec, names: ToolNames) -> None:
+    def __init__(self, codec: ReasoningCodec, names: ToolNames, images: ImageSlots) -> None:
+        self.images = images
         self._codec = codec
         self._names = names
         self.out: list[dict[str, Any]] = []
@@ -229,7 +241,7 @@ class _Converter:
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise _bad(where, f"a {kind} item needs its call_id.")
-            content = _text_of(item.get("output"), f"{where}.output")
+            content = _text_of(item.get("output"), f"{where}.output", self.images)
             self.out.append({"role": "tool", "tool_call_id": call_id, "content": content})
         elif kind in _SERVER_TOOL_ITEMS:
             # The record of a tool the engine cannot run (its tools are dropped too), from a
@@ -242,7 +254,7 @@ class _Converter:
 
     def _message(self, item: dict[str, Any], where: str) -> None:
         role = item.get("role")
-        content = _text_of(item.get("content"), f"{where}.content")
+        content = _text_of(item.get("content"), f"{where}.content", self.images)
         if role == "assistant":
             turn = self._assistant()
             turn["content"] += _joined(content)
@@ -292,8 +304,10 @@ def convert_input(
     items: str | list[Any],
     codec: ReasoningCodec,
     names: ToolNames,
+    images: ImageSlots | None = None,
 ) -> list[dict[str, Any]]:
-    converter = _Converter(codec, names)
+    """The renderer's messages; input_image parts become sentinels noted in `images`."""
+    converter = _Converter(codec, names, images if images is not None else ImageSlots())
     if instructions:
         converter.out.append({"role": "system", "content": instructions})
     if isinstance(items, str):

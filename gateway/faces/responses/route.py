@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from gateway.core.images import ImageSlots
 from gateway.core.request import CoreRequest, Sampling, SessionHints
 from gateway.core.run import Run
 from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError, NotFoundError
@@ -27,6 +28,7 @@ from gateway.faces.responses.convert import (
 )
 from gateway.faces.responses.encode import ResponseInfo, ResponsesAnswer
 from gateway.faces.responses.protocol import ResponsesRequest
+from gateway.faces.validation import validation_message
 from gateway.routes.deps import app_state, error_response
 from gateway.state import AppState
 
@@ -49,30 +51,6 @@ _ECHO = (
     "metadata",
     "store",
 )
-
-
-def _union_member(part: object) -> bool:
-    """A location part naming the member of a union pydantic tried ("str", "list[...]")."""
-    return isinstance(part, str) and (part == "str" or part.startswith(("list[", "dict[")))
-
-
-def validation_message(exc: ValidationError) -> tuple[str, str | None]:
-    """The first problem and the field it is in (`input.3`), never the union member tried.
-
-    `input` and `tool_choice` may be strings: a list or object that fails also fails as the
-    string it could have been, which says nothing to fix, so the other member's problem is told.
-    """
-    errors = exc.errors(include_url=False)
-    useful = [
-        error
-        for error in errors
-        if error["loc"][-1:] != ("str",) or isinstance(error.get("input"), str)
-    ] or errors
-    first = useful[0]
-    where = ".".join(str(part) for part in first["loc"] if not _union_member(part))
-    more = f" (and {len(useful) - 1} more problems)" if len(useful) > 1 else ""
-    text = f"Invalid request: '{where}': {first['msg']}{more}." if where else first["msg"]
-    return text, where or None
 
 
 def _headers(scope_headers: Sequence[tuple[bytes, bytes]]) -> dict[bytes, str]:
@@ -189,7 +167,10 @@ def _core(
     items = request.input
     current = [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
     conversation = [*_history(state, request), *current]
-    messages = convert_input(request.instructions, conversation, state.reasoning_codec, names)
+    images = ImageSlots()
+    messages = convert_input(
+        request.instructions, conversation, state.reasoning_codec, names, images
+    )
     kwargs, thinking = effort(request.reasoning.effort if request.reasoning else None)
     fmt = request.text.format if request.text is not None else None
     schema = None
@@ -227,6 +208,7 @@ def _core(
         thinking=thinking,
         clamp_max_tokens=True,
         custom_params=extra.get("custom_params"),
+        images=images or None,
     )
     return core, names, conversation
 

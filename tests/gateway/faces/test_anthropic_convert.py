@@ -10,6 +10,7 @@ import pytest
 
 from gateway.components import load_renderer
 from gateway.core.answer import Finish, Usage
+from gateway.core.images import ImageSlots
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.request import CoreRequest
 from gateway.core.retry import request_session_key
@@ -234,23 +235,35 @@ def test_a_pdf_document_is_refused_with_what_to_do() -> None:
 # -- images ---------------------------------------------------------------------------------------
 
 
-def test_an_image_is_a_400_naming_the_block() -> None:
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}
-    error = refused(messages=[user([{"type": "text", "text": "look"}, image])])
-    assert error.param == "messages.0.content.1"
-    assert "messages.0.content.1" in error.message
-    assert "image" in error.message
+def test_image_blocks_become_sentinels_for_the_media_stage() -> None:
+    """An image (base64 or url, also inside a tool_result) stays where it stands, as a sentinel
+    the core turns into the template's image marker (gateway.core.images)."""
+    data = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}
+    url = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    text = {"type": "text", "text": "a"}
+    result = {"type": "tool_result", "tool_use_id": "t", "content": [text, url]}
+    images = ImageSlots()
+    out = convert_messages(
+        request(messages=[user([{"type": "text", "text": "look"}, data]), user([result])]),
+        CODEC,
+        SETTINGS,
+        images,
+    )
+    assert [(slot.url, slot.where) for slot in images.slots] == [
+        ("data:image/png;base64,x", "messages.0.content.1"),
+        ("https://example.com/a.png", "messages.1.content.0.content.1"),
+    ]
+    # The user's text stays before its image; the tool result is a tool message.
+    assert out[0]["content"][0] == {"type": "text", "text": "look"}
+    assert out[0]["content"][1] == {"type": "text", "text": f"\ue000{images.nonce}:0\ue001"}
+    assert out[1]["role"] == "tool"
+    assert out[1]["content"][1] == {"type": "text", "text": f"\ue000{images.nonce}:1\ue001"}
 
 
-def test_an_image_inside_a_tool_result_is_a_400_naming_it() -> None:
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}
-    result = {
-        "type": "tool_result",
-        "tool_use_id": "t",
-        "content": [{"type": "text", "text": "a"}, image],
-    }
-    error = refused(messages=[user([result])])
-    assert error.param == "messages.0.content.0.content.1"
+def test_an_image_source_of_another_kind_is_a_400_naming_it() -> None:
+    image = {"type": "image", "source": {"type": "file", "file_id": "f"}}
+    error = refused(messages=[user([image])])
+    assert error.param == "messages.0.content.0.source"
 
 
 # -- the assistant's turn -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 
 from gateway.components import load_renderer
 from gateway.core.answer import Finish, Usage
+from gateway.core.images import ImageSlots
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.request import CoreRequest
 from gateway.core.retry import request_session_key
@@ -221,9 +222,9 @@ def test_an_unreadable_item_is_a_400_naming_it(item: Any, param: str, says: str)
     assert says in error.message
 
 
-@pytest.mark.parametrize("kind", ["input_image", "input_file", "input_audio"])
-def test_images_and_files_are_a_400_naming_the_part(kind: str) -> None:
-    part = {"type": kind, "image_url": "data:image/png;base64,iVBO"}
+@pytest.mark.parametrize("kind", ["input_file", "input_audio"])
+def test_files_and_audio_are_a_400_naming_the_part(kind: str) -> None:
+    part = {"type": kind, "file_data": "data:application/pdf;base64,JVBE"}
     content = [{"type": "input_text", "text": "What is this?"}, part]
     error = refused(input=[{"type": "message", "role": "user", "content": content}])
     assert error.param == "input.0.content.1"
@@ -231,15 +232,33 @@ def test_images_and_files_are_a_400_naming_the_part(kind: str) -> None:
     assert kind in error.message
 
 
-def test_an_image_in_a_tool_output_is_a_400_naming_it() -> None:
+def test_an_input_image_without_a_url_is_a_400_naming_it() -> None:
+    content = [{"type": "input_image", "file_id": "file-1"}]
+    error = refused(input=[{"type": "message", "role": "user", "content": content}])
+    assert error.param == "input.0.content.0"
+    assert "file_id" in error.message
+
+
+def test_images_in_messages_and_tool_outputs_become_sentinels() -> None:
+    """input_image parts stay where they stand, as sentinels for the media stage."""
     output = [{"type": "input_text", "text": "a"}, {"type": "input_image", "image_url": "x"}]
     items = [
-        message("user", "q"),
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_image", "image_url": "data:image/png;base64,iVBO"}],
+        },
         {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c1", "output": output},
     ]
-    error = refused(input=items, tools=[WEATHER])
-    assert error.param == "input.2.output.1"
+    images = ImageSlots()
+    out = convert_input(None, items, CODEC, ToolNames(), images)
+    assert [(slot.url, slot.where) for slot in images.slots] == [
+        ("data:image/png;base64,iVBO", "input.0.content.0"),
+        ("x", "input.2.output.1"),
+    ]
+    assert out[0]["content"] == [{"type": "text", "text": f"\ue000{images.nonce}:0\ue001"}]
+    assert out[2]["content"][1] == {"type": "text", "text": f"\ue000{images.nonce}:1\ue001"}
 
 
 # -- the assistant's turn: reasoning, calls, outputs ----------------------------------------------
