@@ -301,10 +301,11 @@ class MediaSettings(_Section):
     # The engine's --mm-process-config image.max_pixels (the launcher renders both from the
     # engine profile): the gateway's token estimate uses it. The engine accepts 12,544 to
     # 6,272,000 (its default); 1,254,400 caps an image at 800 tokens (MEDIA.md 2.3, 7.4).
-    engine_max_pixels: int = Field(default=1_254_400, ge=12_544, le=6_272_000)
+    engine_max_pixels: int = Field(default=6_272_000, ge=12_544, le=6_272_000)
     # Estimated prompt tokens of all images in one request, markers included:
-    # 8 images x (800 + 2) at engine_max_pixels 1,254,400. Raise it with engine_max_pixels.
-    max_request_image_tokens: int = Field(default=6416, gt=0)
+    # 8 images x (4,000 + 2) at the engine's default max_pixels (6,272,000); 8 x (800 + 2) =
+    # 6,416 with KT's 1,254,400.
+    max_request_image_tokens: int = Field(default=32_016, gt=0)
     # Container formats accepted (Pillow's names); GIF is sent as its first frame, as PNG.
     formats: list[ImageFormat] = Field(default_factory=lambda: list(IMAGE_FORMATS), min_length=1)
     # Decode every pixel once: a truncated or corrupt image is then a 400 here instead of a

@@ -68,8 +68,8 @@ async def test_every_format_in_request_order() -> None:
 
 async def test_tokens_follow_the_engines_max_pixels() -> None:
     url = images.data_url(images.png(1920, 1080))
-    [kt] = await _resolver().resolve(_refs(url))  # default: 1,254,400
-    [stock] = await _resolver(engine_max_pixels=6_272_000).resolve(_refs(url))
+    [kt] = await _resolver(engine_max_pixels=1_254_400).resolve(_refs(url))
+    [stock] = await _resolver().resolve(_refs(url))  # default: the engine's 6,272,000
     assert (kt.tokens, stock.tokens) == (777 + 2, 2691 + 2)
 
 
@@ -119,8 +119,8 @@ async def test_the_request_cap_counts_all_images() -> None:
 
 
 async def test_the_request_token_cap() -> None:
-    url = images.data_url(images.png(1920, 1080))  # 779 tokens at the default max_pixels
-    resolver = _resolver(max_request_image_tokens=1500)
+    url = images.data_url(images.png(1920, 1080))  # 779 tokens at KT's max_pixels
+    resolver = _resolver(engine_max_pixels=1_254_400, max_request_image_tokens=1500)
     assert len(await resolver.resolve(_refs(url))) == 1
     error = await _refused("image_tokens_exceeded", resolver, _refs(url, url))
     assert error.param == "messages.1.content.0"

@@ -24,8 +24,8 @@ def test_defaults_match_the_design() -> None:
         8, 10 * 1024 * 1024, 32 * 1024 * 1024,
     )  # fmt: skip
     assert (media.max_decoded_pixels, media.max_aspect_ratio) == (40_000_000, 200.0)
-    assert media.engine_max_pixels == 1_254_400
-    assert media.max_request_image_tokens == 8 * 802
+    assert media.engine_max_pixels == 6_272_000  # the engine's own default
+    assert media.max_request_image_tokens == 8 * 4002
     remote = media.remote
     assert not remote.enabled
     assert not remote.allow_http
