@@ -131,7 +131,7 @@ _ERROR_CODES = {
 class GatewayApp(FastAPI):
     """FastAPI, with the faces' POST endpoints taken straight to the gateway's own middleware.
 
-    POST to a face endpoint (gateway.faces.ENDPOINTS: /v1/chat/completions, /v1/messages, ...)
+    POST to a face endpoint (gateway.faces.registry.ENDPOINTS: /v1/chat/completions, ...)
     goes through the app's middleware (CORS when configured, request context) and, for
     generation requests, admission to the face's serve function, and skips what FastAPI puts
     around them: the telemetry hook, Starlette's ServerErrorMiddleware (the request context
