@@ -77,7 +77,7 @@ def build_state(
     metrics = Metrics()
     engine = EngineClient(settings.upstream, transport=transport, deadlines=settings.timeouts)
     picker, prober = build_routing(settings, metrics, engine.control)
-    return AppState(
+    state = AppState(
         settings=settings,
         metrics=metrics,
         auth=ApiKeyChecker(settings.api_keys),
@@ -95,6 +95,17 @@ def build_state(
             ttl_s=settings.responses.store_ttl_s,
         ),
     )
+    prober.on_info = lambda: _follow_engine_image_bounds(state)
+    return state
+
+
+def _follow_engine_image_bounds(state: AppState) -> None:
+    """The media stage estimates image tokens with the engines' own max_pixels, and takes no
+    more images than the strictest engine (what their /server_info reports)."""
+    replicas = state.picker.replicas
+    pixels = [r.image_max_pixels for r in replicas if r.image_max_pixels]
+    limits = [r.max_images for r in replicas if r.max_images]
+    state.media.engine_bounds(min(pixels, default=None), min(limits, default=None))
 
 
 def _reasoning_codec(settings: Settings) -> ReasoningCodec:

@@ -11,6 +11,7 @@ concurrently; the first image to fail cancels the rest and is the answer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -76,6 +77,7 @@ class MediaResolver:
         )
         # Decoded pixels are the memory cost: this bounds how many images hold them at once.
         self._check_slots = asyncio.Semaphore(settings.max_concurrent_checks)
+        self._max_images = settings.max_images
         self._fetcher = RemoteFetcher(
             settings.remote,
             max_image_bytes=settings.max_image_bytes,
@@ -105,8 +107,18 @@ class MediaResolver:
     async def aclose(self) -> None:
         await self._fetcher.aclose()
 
+    def engine_bounds(self, max_pixels: int | None, max_images: int | None) -> None:
+        """What the engines report (their /server_info): the token estimate follows their
+        max_pixels, and no more images are taken than every engine accepts. None: the
+        configured value (media.engine_max_pixels, media.max_images)."""
+        pixels = max_pixels or self._settings.engine_max_pixels
+        if pixels != self._policy.engine_max_pixels:
+            log.info("engine image max_pixels is %d: image token estimates follow it", pixels)
+            self._policy = dataclasses.replace(self._policy, engine_max_pixels=pixels)
+        self._max_images = min(max_images or self._settings.max_images, self._settings.max_images)
+
     async def _resolve(self, refs: Sequence[ImageRef]) -> list[_Resolved]:
-        limit = self._settings.max_images
+        limit = self._max_images
         if len(refs) > limit:
             raise MediaError(
                 "too_many_images",

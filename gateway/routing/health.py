@@ -12,6 +12,7 @@ interval and running-request bound size its session budget (gateway.routing.capa
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +46,8 @@ class HealthProber:
         self._settings = settings
         self._on_change = on_change
         self._task: asyncio.Task[None] | None = None
+        # Called after a replica's /server_info was read (the media stage follows its bounds).
+        self.on_info: Callable[[], None] | None = None
 
     async def probe_all(self) -> None:
         await asyncio.gather(*(self._probe(replica) for replica in self._replicas))
@@ -93,6 +96,15 @@ class HealthProber:
         replica.track_interval = _positive(info.get("mamba_track_interval"))
         replica.max_running_requests = _positive(info.get("max_running_requests"))
         replica.context_length = _positive(info.get("context_length"))
+        image = _json_field(info.get("mm_process_config")).get("image")
+        replica.image_max_pixels = (
+            _positive(image.get("max_pixels")) if isinstance(image, dict) else None
+        )
+        replica.max_images = _positive(
+            _json_field(info.get("limit_mm_data_per_request")).get("image")
+        )
+        if self.on_info is not None:
+            self.on_info()
 
     def record(self, replica: Replica, ok: bool, *, refused: bool = False) -> None:
         was = replica.healthy
@@ -129,3 +141,13 @@ class HealthProber:
 
 def _positive(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _json_field(value: Any) -> dict[str, Any]:
+    """A server-info field SGLang reports as a dict or as the JSON text it was given."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}

@@ -22,6 +22,9 @@ class Replica:
     max_running_requests: int | None = None
     # The engine's context length in tokens (prompt + output must stay below it).
     context_length: int | None = None
+    # The engine's image bounds (its --mm-process-config and --limit-mm-data-per-request).
+    image_max_pixels: int | None = None
+    max_images: int | None = None
     info_loaded: bool = field(default=False, repr=False)
     # Since when /health has failed while requests were open here (a long prefill); None: not.
     busy_since: float | None = field(default=None, repr=False)

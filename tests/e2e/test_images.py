@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import httpx
@@ -197,3 +198,37 @@ def test_media_metrics_count_images_and_rejections(gateway: Proc) -> None:
     response = httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=30)
     assert response.status_code == 400
     assert metric_sum(gateway, "flashbox_media_rejected_total") == rejected + 1
+
+
+@pytest.fixture(scope="module")
+def kt_gateway() -> Iterator[Proc]:
+    """A simulator launched with KT's image bound (800 tokens an image) and its gateway."""
+    sim = start_sim(
+        "--tool-calls", "0", "--mm-process-config", '{"image": {"max_pixels": 1254400}}'
+    )
+    try:
+        env = {"FLASHBOX_API_KEYS": "", "FLASHBOX_HEALTH__INTERVAL_S": "0.2"}
+        gateway = start_gateway([sim.url], env=env)
+        try:
+            yield gateway
+        finally:
+            gateway.stop()
+    finally:
+        sim.stop()
+
+
+def test_the_gateway_counts_image_tokens_with_the_engines_own_bound(kt_gateway: Proc) -> None:
+    """The gateway reads the engine's max_pixels from /server_info: count_tokens for a 1080p
+    image follows the engine's 777 tokens (KT's bound), not the default's 2,691."""
+    image = png(1920, 1080)
+    source = {"type": "base64", "media_type": "image/png", "data": image.split(",", 1)[1]}
+    content: Any = [{"type": "image", "source": source}, {"type": "text", "text": "?"}]
+    messages: Any = [{"role": "user", "content": content}]
+    client = anthropic.Anthropic(base_url=kt_gateway.url, api_key="unused", max_retries=0)
+    counted = client.messages.count_tokens(model=MODEL, messages=messages).input_tokens
+    served = client.messages.create(model=MODEL, max_tokens=8, messages=messages).usage
+    engine = served.input_tokens + (served.cache_read_input_tokens or 0)
+    # The simulator's tokenizer counts the markers' text in 4-byte pieces, where the engine's
+    # counts each marker as one token: a few tokens apart, never the 1,914 the bound makes.
+    assert abs(counted - engine) <= 8
+    assert engine < 777 + 200
