@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from engine.launch import prefix_cache
+from engine.launch import images, prefix_cache
 from engine.launch.cpu import variant_level
 from engine.launch.host import HostFacts
 from engine.launch.profile import EngineProfile, GpuArchitecture
@@ -66,6 +66,7 @@ def build_plan(
     b.env.update(profile.env)
     b.notes.extend(host.notes)
     _serving(b)
+    _images(b)
     _gpu(b)
     _kt(b)
     _prefix_cache(b)
@@ -108,6 +109,14 @@ def _serving(b: _Builder) -> None:
             b.secrets.add(key)
         else:
             b.notes.append(f"{p.server.api_key_env} is not set: the engine API has no key")
+
+
+def _images(b: _Builder) -> None:
+    # The vision tower loads whatever these say (sglang-kt has no switch to leave it out for
+    # this model); they bound what one request may send it.
+    bounds = b.profile.images
+    b.flag("--mm-process-config", images.process_config(bounds.max_pixels))
+    b.flag("--limit-mm-data-per-request", images.limit_per_request(bounds.max_images_per_request))
 
 
 def _architecture(b: _Builder) -> GpuArchitecture | None:

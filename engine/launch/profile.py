@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from engine.launch import images
 from engine.launch.gpu import parse_capability
 
 Auto = Literal["auto"]
@@ -49,6 +50,30 @@ class ServerSection(_Section):
     )
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+
+
+class ImagesSection(_Section):
+    """The engine's image bounds (`--mm-process-config`, `--limit-mm-data-per-request`).
+
+    max_pixels is the resize budget: an image costs at most max_pixels / 1568 tokens, 4,000 at
+    the engine's default 6,272,000, 800 at KTransformers' documented 1,254,400. The engine
+    accepts [12,544, 6,272,000] and never more than 8 images per request, so neither is
+    allowed past that here.
+    """
+
+    max_pixels: int = Field(
+        default=images.ENGINE_MAX_PIXELS,
+        ge=images.ENGINE_MIN_PIXELS,
+        le=images.ENGINE_MAX_PIXELS,
+        strict=True,
+    )
+    max_images_per_request: int = Field(
+        default=images.ENGINE_MAX_IMAGES, ge=1, le=images.ENGINE_MAX_IMAGES, strict=True
+    )
+
+    @property
+    def max_tokens_per_image(self) -> int:
+        return images.max_tokens_per_image(self.max_pixels)
 
 
 class GpuArchitecture(_Section):
@@ -161,6 +186,7 @@ class EngineProfile(_Section):
     gpu: GpuSection
     kt: KtSection
     scheduling: SchedulingSection = Field(default_factory=SchedulingSection)
+    images: ImagesSection = Field(default_factory=ImagesSection)
     prefix_cache: PrefixCacheSection = Field(default_factory=PrefixCacheSection)
     kernels: KernelsSection = Field(default_factory=KernelsSection)
     doctor: DoctorSection = Field(default_factory=DoctorSection)

@@ -100,6 +100,8 @@ def test_reference_host_carries_the_tuned_settings(tmp_path: Path) -> None:
     assert _flag(plan, "--enable-metrics") == []
     assert _flag(plan, "--enable-cache-report") == []
     assert _flag(plan, "--watchdog-timeout") == ["1800"]
+    assert _flag(plan, "--mm-process-config") == ['{"image": {"max_pixels": 1254400}}']
+    assert _flag(plan, "--limit-mm-data-per-request") == ['{"image": 8}']
     assert _flag(plan, "--mamba-scheduler-strategy") == ["extra_buffer"]
     assert _flag(plan, "--mamba-track-interval") == ["256"]
     assert _flag(plan, "--max-mamba-cache-size") == ["192"]
