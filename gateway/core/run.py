@@ -47,7 +47,7 @@ class Run:
         keepalive_s: float | None = None,
     ) -> None:
         self._state = state
-        self._chat = request
+        self._request = request
         self._answer = answer
         self._keepalive_s = keepalive_s
         self._record = record
@@ -73,7 +73,7 @@ class Run:
         try:
             relay = await watcher.run(self._prepare())
             answer = self._answer
-            if self._chat.stream:
+            if self._request.stream:
                 streaming = True
                 body = partial(
                     relay.stream, encoder=answer.stream_encoder(), keepalive_s=self._keepalive_s
@@ -100,32 +100,32 @@ class Run:
                 self._close()
 
     async def _prepare(self) -> Relay:
-        state, chat, record = self._state, self._chat, self._record
+        state, request, record = self._state, self._request, self._record
         record.mark("queue")
-        images = await resolve_images(state, chat)
+        images = await resolve_images(state, request)
         if images:
             record.mark("media")
-        prompt, order = await render_prompt(state, chat)
+        prompt, order = await render_prompt(state, request)
         record.mark("render")
         tag = state.settings.model.reasoning_open_tag
         in_reasoning = bool(tag) and prompt.endswith(tag)
         ctx = self._ctx = RequestContext(self._rid, self._session_key, prompt)
-        body = generate_body(chat, prompt, self._rid, state.settings)
+        body = generate_body(request, prompt, self._rid, state.settings)
         placed = [images[i] for i in order]
         if placed:
             # Only checked bytes, as data URLs the gateway built: the engine would fetch or
             # open anything else it is given.
             body["image_data"] = [image.data_url for image in placed]
-        if chat.clamp_max_tokens:
+        if request.clamp_max_tokens:
             await self._fit_output(prompt, body["sampling_params"], extra_tokens(placed))
         constraint = state.constraint_builder(
-            tools=chat.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
+            tools=request.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
         )
         add_constraint(body, constraint)
         # Built before /generate is sent: a tool_choice the parser refuses is a 400 that must
         # not leave a generation running on the engine.
         parser = state.parser_factory(
-            tools=chat.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
+            tools=request.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
         )
         engine = await self._open(ctx, body)
         record.mark("upstream_first_byte")
@@ -206,7 +206,7 @@ class Run:
     async def _client_gone(self) -> None:
         self._outcome = Outcome.CLIENT_GONE
         if self._replica is not None and self._upstream_sent:
-            if not self._chat.stream:
+            if not self._request.stream:
                 phase = "non_streaming"
             elif self._relay is None:
                 phase = "queued"
