@@ -5,6 +5,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
+from monitoring.grafana import serving_media
 from monitoring.grafana.panels import (
     BYTES,
     COUNT,
@@ -113,7 +114,8 @@ def _latency() -> list[PanelBuilder]:
         ),
         graph(
             "TTFT by stage (p95)",
-            "Request arrival to the end of each stage: queue, render, route, upstream first "
+            "Request arrival to the end of each stage: queue, media (requests with images), "
+            "render, route, upstream first "
             "byte, first reasoning token, first content token. The gap between two stages is "
             "where the time went.",
             SECONDS,
@@ -285,13 +287,16 @@ def _process() -> list[PanelBuilder]:
             "CPU time the gateway process uses per second (1.0 = one core).",
             RATIO,
             [Query(f"rate(process_cpu_seconds_total{{{job}}}[{RATE}])", "{{instance}}")],
+            width=serving_media.QUARTER_WIDTH,
         ),
         graph(
             "Gateway memory",
             "Resident memory of the gateway process.",
             BYTES,
             [Query(f"process_resident_memory_bytes{{{job}}}", "{{instance}}")],
+            width=serving_media.QUARTER_WIDTH,
         ),
+        *serving_media.store_panels(),
     ]
 
 
@@ -311,7 +316,8 @@ def build() -> Dashboard:
         ("Tokens per second", _throughput()),
         ("Traffic and errors", _traffic()),
         ("Routing, checkpoints and replicas", _routing()),
-        ("Gateway process", _process()),
+        (serving_media.TITLE, serving_media.panels()),
+        ("Gateway process and state", _process()),
     ]
     for title, panels in sections:
         builder = builder.with_row(dashboard.Row(title))

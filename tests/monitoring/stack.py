@@ -7,8 +7,10 @@ names, the committed alert rules) but scraping loopback ports every second.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
+import io
 import statistics
 import subprocess
 import time
@@ -21,6 +23,7 @@ import httpx
 import openai
 import yaml
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+from PIL import Image
 
 from monitoring.promapi import PrometheusAPI
 from tests.monitoring.support import PROMETHEUS_DIR, debian_tool, load_yaml
@@ -101,6 +104,7 @@ class LoadResult:
     invalid_rejected: int = 0
     engine_failed: int = 0
     tool_calls_offered: int = 0
+    images_sent: int = 0
 
     def median_ttft(self) -> float:
         return statistics.median(self.ttfts)
@@ -110,11 +114,12 @@ class LoadResult:
 class Load:
     """Multi-turn streaming sessions, each keyed by x-session-id, all running at once.
 
-    With `misbehave`, four more requests go along, so that the error, status and rejection
+    With `misbehave`, five more requests go along, so that the error, status and rejection
     panels have something to show: first one the gateway must refuse (400), one the engine
     fails (the simulator's injected 503) and one where the model calls a tool the request did
-    not declare; then one sent with the sessions' first turns, which a gateway limited to
-    `sessions` requests in flight must refuse (429) for one of them.
+    not declare, and one with an image (a data URL); then one sent with the sessions' first
+    turns, which a gateway limited to `sessions` requests in flight must refuse (429) for one
+    of them.
     """
 
     sessions: int = 6
@@ -236,6 +241,34 @@ async def _undeclared_tool_call(client: openai.AsyncOpenAI, model: str, out: Loa
     out.tool_calls_offered += 1
 
 
+def _png_data_url() -> str:
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), (40, 120, 200)).save(out, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii")
+
+
+async def _image_request(client: openai.AsyncOpenAI, model: str, out: LoadResult) -> None:
+    """One image as a data URL, so the media stage's panels (images, check time, tokens) fill."""
+
+    async def call() -> None:
+        await client.chat.completions.create(
+            model=model,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "what is in this picture?"},
+                        {"type": "image_url", "image_url": {"url": _png_data_url()}},
+                    ],
+                }
+            ],
+            max_tokens=8,
+        )
+
+    await _admitted(call, out)
+    out.images_sent += 1
+
+
 async def _one_more(client: openai.AsyncOpenAI, model: str, out: LoadResult) -> None:
     """A request sent with the sessions' first turns; no retry if the gateway is full."""
     try:
@@ -257,6 +290,7 @@ async def _drive(base_url: str, load: Load) -> LoadResult:
             await _invalid_request(client, model, out)
             await _engine_failure(client, model, out)
             await _undeclared_tool_call(client, model, out)
+            await _image_request(client, model, out)
             extra.append(_one_more(client, model, out))
         await asyncio.gather(
             *(_session(client, model, i, load, out) for i in range(load.sessions)), *extra
