@@ -4,8 +4,9 @@ to the model's template rendering the original request (gateway.core.images).
 For seeded random conversations with image parts everywhere the generator puts them (user,
 system, assistant before and after reasoning, tool part lists, reordered tool runs), each image
 given its own URL: the production path (sentinel parts, render, place) must give the reference
-template's text for the original request, and the images' order must be the order in which the
-reference template shows them (found by rendering the reference with a distinct text per image).
+template's text for the original request (Jinja2, as transformers renders it; and the bundled
+template in MiniJinja against the reference in MiniJinja), and the images' order must be the order
+in which the reference shows them (found by rendering it with a distinct text per image).
 """
 
 from __future__ import annotations
@@ -68,16 +69,32 @@ def test_images_follow_the_reference_templates_order() -> None:
         expected_order = [int(n) for n in re.findall("\u2063IMG(\\d+)\u2063", shown)]
         sent, slots = _with_image_slots(messages)
         assert isinstance(slots, ImageSlots)
-        prompt = production.render(sent, case.tools, case.kwargs)
         if len(expected_order) != count:
+            prompt = production.render(sent, case.tools, case.kwargs)
             # The template left an image out: the gateway refuses instead of dropping it.
             with pytest.raises(InvalidRequestError, match="does not show an image"):
                 slots.place(prompt, MARKER)
             continue
-        placed, order = slots.place(prompt, MARKER)
+        wanted = [f"data:image/png;base64,IMG{n}" for n in expected_order]
+        placed, order = slots.place(production.render(sent, case.tools, case.kwargs), MARKER)
         assert placed == expected, f"seed {seed}"
-        urls = [slots.slots[i].url for i in order]
-        assert urls == [f"data:image/png;base64,IMG{n}" for n in expected_order], f"seed {seed}"
+        assert [slots.slots[i].url for i in order] == wanted, f"seed {seed}"
+        # The bundled template in MiniJinja against the reference in MiniJinja (the two engines
+        # may differ from each other on the reference itself: test_equivalence.py counts that).
+        try:
+            reference_mj = oracle.reference_minijinja.render(messages, case.tools, case.kwargs)
+            shown_mj = oracle.reference_minijinja.render(tagged, case.tools, case.kwargs)
+        except TemplateInputError:
+            continue
+        order_ref = [int(n) for n in re.findall("\u2063IMG(\\d+)\u2063", shown_mj)]
+        if len(order_ref) != count:
+            continue  # MiniJinja's reference drops one: the Jinja2 check above covered the case
+        template_mj = oracle.template_minijinja.render(sent, case.tools, case.kwargs)
+        placed_mj, order_mj = slots.place(template_mj, MARKER)
+        assert placed_mj == reference_mj, f"seed {seed}: minijinja"
+        assert [slots.slots[i].url for i in order_mj] == [
+            f"data:image/png;base64,IMG{n}" for n in order_ref
+        ], f"seed {seed}: minijinja"
         checked += 1
     assert with_images > 100
     assert checked > 50
