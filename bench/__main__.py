@@ -28,6 +28,7 @@ SUITES: dict[str, str] = {
     "soak": "bench.soak",
     "kernels": "bench.kernels_device",
     "media": "bench.media",
+    "media-load": "bench.media_load",
 }
 
 
