@@ -214,7 +214,8 @@ def test_undecodable_image_cuts_the_stream(sim: Proc) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["https://example.com/cat.png", "http://10.0.0.1/x", "file:///etc/passwd", "/srv/images/x.png"]
+    "url",
+    ["https://example.com/cat.png", "http://10.0.0.1/x", "file:///etc/passwd", "/srv/images/x.png"],
 )
 def test_the_simulator_never_fetches_nor_reads_files(sim: Proc, url: str) -> None:
     message = error_of(generate(sim.url, body(prompt(1), [url])))
