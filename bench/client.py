@@ -72,8 +72,7 @@ def _has_token(delta: Mapping[str, Any]) -> bool:
 def record_event(record: StreamRecord, payload: Mapping[str, Any], elapsed: float) -> None:
     """Fold one decoded SSE payload into the record (separate for unit tests)."""
     if "error" in payload:
-        error = payload["error"]
-        record.error = str(error.get("message") if isinstance(error, Mapping) else error)
+        record.error = _error_message(payload["error"])
         return
     for choice in payload.get("choices") or ():
         delta = choice.get("delta") or {}
@@ -175,12 +174,40 @@ async def stream_chat(
     return await _stream(client, url, payload, headers, _fold_chat)
 
 
+def _token(record: StreamRecord, kind: str, text: str, index: int, elapsed: float) -> None:
+    """An output chunk of `kind` (content, reasoning, or a tool call's arguments at `index`),
+    as the Anthropic and Responses recorders see one: TTFT is the first."""
+    if record.ttft is None:
+        record.ttft = elapsed
+    record.token_chunk_times.append(elapsed)
+    if kind == "content":
+        record.content.append(text)
+    elif kind == "reasoning":
+        record.reasoning.append(text)
+    else:
+        slot = record.tool_calls.get(index)
+        if slot is not None:
+            slot["function"]["arguments"] += text
+
+
+def _call_started(record: StreamRecord, index: int, call_id: object, name: object) -> None:
+    record.tool_calls[index] = {
+        "id": call_id or "",
+        "type": "function",
+        "function": {"name": name or "", "arguments": ""},
+    }
+
+
+def _error_message(error: Any) -> str:
+    return str(error.get("message") if isinstance(error, Mapping) else error)
+
+
 # The content_block_delta types that carry output tokens, and the key of their text (a
 # signature_delta carries none).
 _TOKEN_DELTAS = {
-    "text_delta": "text",
-    "thinking_delta": "thinking",
-    "input_json_delta": "partial_json",
+    "text_delta": ("text", "content"),
+    "thinking_delta": ("thinking", "reasoning"),
+    "input_json_delta": ("partial_json", "arguments"),
 }
 
 
@@ -191,29 +218,14 @@ def record_message_event(record: StreamRecord, payload: Mapping[str, Any], elaps
     if kind == "content_block_delta":
         delta = payload.get("delta") or {}
         delta_type = delta.get("type")
-        key = _TOKEN_DELTAS.get(delta_type) if isinstance(delta_type, str) else None
-        text = delta.get(key) if key is not None else None
-        if not text:
-            return
-        if record.ttft is None:
-            record.ttft = elapsed
-        record.token_chunk_times.append(elapsed)
-        if delta_type == "text_delta":
-            record.content.append(text)
-        elif delta_type == "thinking_delta":
-            record.reasoning.append(text)
-        else:
-            slot = record.tool_calls.get(int(payload.get("index", 0)))
-            if slot is not None:
-                slot["function"]["arguments"] += text
+        found = _TOKEN_DELTAS.get(delta_type) if isinstance(delta_type, str) else None
+        text = delta.get(found[0]) if found is not None else None
+        if found is not None and text:
+            _token(record, found[1], text, int(payload.get("index", 0)), elapsed)
     elif kind == "content_block_start":
         block = payload.get("content_block") or {}
         if block.get("type") == "tool_use":
-            record.tool_calls[int(payload.get("index", 0))] = {
-                "id": block.get("id") or "",
-                "type": "function",
-                "function": {"name": block.get("name") or "", "arguments": ""},
-            }
+            _call_started(record, int(payload.get("index", 0)), block.get("id"), block.get("name"))
     elif kind == "message_delta":
         usage = payload.get("usage") or {}
         cached = int(usage.get("cache_read_input_tokens") or 0)
@@ -222,8 +234,7 @@ def record_message_event(record: StreamRecord, payload: Mapping[str, Any], elaps
         record.completion_tokens = int(usage.get("output_tokens") or 0)
         record.cached_tokens = cached
     elif kind == "error":
-        error = payload.get("error")
-        record.error = str(error.get("message") if isinstance(error, Mapping) else error)
+        record.error = _error_message(payload.get("error"))
 
 
 def _fold_message(record: StreamRecord, data: str, start: float) -> bool:
@@ -259,10 +270,6 @@ _RESPONSE_TOKEN_EVENTS = {
 _RESPONSE_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
-def _error_message(error: Any) -> str:
-    return str(error.get("message") if isinstance(error, Mapping) else error)
-
-
 def record_response_event(record: StreamRecord, payload: Mapping[str, Any], elapsed: float) -> None:
     """Fold one decoded OpenAI Responses SSE payload into the record (separate for unit tests).
     Function calls are kept under their output item's index, in the chat completions' shape."""
@@ -270,27 +277,13 @@ def record_response_event(record: StreamRecord, payload: Mapping[str, Any], elap
     token = _RESPONSE_TOKEN_EVENTS.get(kind) if isinstance(kind, str) else None
     if token is not None:
         text = payload.get("delta")
-        if not text:
-            return
-        if record.ttft is None:
-            record.ttft = elapsed
-        record.token_chunk_times.append(elapsed)
-        if token == "content":
-            record.content.append(text)
-        elif token == "reasoning":
-            record.reasoning.append(text)
-        else:
-            slot = record.tool_calls.get(int(payload.get("output_index", 0)))
-            if slot is not None:
-                slot["function"]["arguments"] += text
+        if text:
+            _token(record, token, text, int(payload.get("output_index", 0)), elapsed)
     elif kind == "response.output_item.added":
         item = payload.get("item") or {}
         if item.get("type") == "function_call":
-            record.tool_calls[int(payload.get("output_index", 0))] = {
-                "id": item.get("call_id") or "",
-                "type": "function",
-                "function": {"name": item.get("name") or "", "arguments": ""},
-            }
+            index = int(payload.get("output_index", 0))
+            _call_started(record, index, item.get("call_id"), item.get("name"))
     elif kind in _RESPONSE_TERMINAL:
         response = payload.get("response") or {}
         usage = response.get("usage") or {}
