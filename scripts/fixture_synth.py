@@ -16,11 +16,13 @@ of raw records into a fixture folder and refuses to write one that still holds a
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import re
 import shutil
-from collections.abc import Callable, Collection, Iterable
+import tempfile
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +134,28 @@ def write_fixtures(
         print(f"  {target.name}/{path.name}: {record['method']} {record['path']}")
         written.append(record)
     return written
+
+
+def record_all(
+    description: str,
+    default_out: Path,
+    scenarios: Sequence[str],
+    record: Callable[[str, Path], Path],
+    sanitize: Callable[[Record], Record],
+    secret: str,
+) -> int:
+    """The recording scripts' command line: record each scenario into a scratch folder (`record`
+    returns the folder of raw records), then write its sanitized fixtures under --out."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, default=default_out)
+    parser.add_argument("--keep-raw", type=Path, help="also copy the unsanitized records here")
+    args = parser.parse_args()
+    for name in scenarios:
+        with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:
+            scratch = Path(tmp)
+            raw = record(name, scratch)
+            if args.keep_raw:
+                shutil.copytree(raw, args.keep_raw / name, dirs_exist_ok=True)
+            write_fixtures(raw, args.out / name, sanitize, (str(scratch), secret))
+    print(f"fixtures in {args.out}")
+    return 0

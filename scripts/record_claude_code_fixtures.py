@@ -17,19 +17,16 @@ with a placeholder value).
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scripts import fixture_synth
-from scripts.fixture_synth import synth_schema, synth_text, synth_values, write_fixtures
+from scripts.fixture_synth import record_all, synth_schema, synth_text, synth_values
 from scripts.record_agent_requests import serving
 from tests.support.agent_cli import (
     CLAUDE_CODE_VERSION,
@@ -206,23 +203,18 @@ def record_scenario(claude: Path, scenario: Scenario, scratch: Path) -> Path:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=FIXTURES_DIR)
-    parser.add_argument("--keep-raw", type=Path, help="also copy the unsanitized records here")
-    args = parser.parse_args()
     claude = install_claude_code()
     if isinstance(claude, str):
         print(claude, file=sys.stderr)
         return 1
-    for scenario in SCENARIOS:
-        with tempfile.TemporaryDirectory(prefix=f"cc-{scenario.name}-") as tmp:
-            scratch = Path(tmp)
-            raw = record_scenario(claude, scenario, scratch)
-            if args.keep_raw:
-                shutil.copytree(raw, args.keep_raw / scenario.name, dirs_exist_ok=True)
-            write_fixtures(raw, args.out / scenario.name, sanitize_record, (str(scratch), API_KEY))
-    print(f"Claude Code {CLAUDE_CODE_VERSION}: fixtures in {args.out}")
-    return 0
+    by_name = {scenario.name: scenario for scenario in SCENARIOS}
+
+    def record(name: str, scratch: Path) -> Path:
+        return record_scenario(claude, by_name[name], scratch)
+
+    print(f"claude {CLAUDE_CODE_VERSION}")
+    description = (__doc__ or "").split("\n\n")[0]
+    return record_all(description, FIXTURES_DIR, list(by_name), record, sanitize_record, API_KEY)
 
 
 if __name__ == "__main__":

@@ -16,22 +16,19 @@ Our own values pass through: the reasoning item's ids and `encrypted_content`, c
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scripts.fixture_synth import (
     Record,
+    record_all,
     synth_schema,
     synth_text,
     synth_uuids,
     synth_values,
-    write_fixtures,
 )
 from scripts.record_agent_requests import serving
 from scripts.responses_answers import FINAL_TEXT
@@ -205,24 +202,18 @@ def record_scenario(codex: Path, scenario: Scenario, scratch: Path) -> Path:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=FIXTURES_DIR)
-    parser.add_argument("--keep-raw", type=Path, help="also copy the unsanitized records here")
-    args = parser.parse_args()
     codex = install_codex()
     if isinstance(codex, str):
         print(codex, file=sys.stderr)
         return 1
-    for scenario in SCENARIOS:
-        with tempfile.TemporaryDirectory(prefix=f"codex-{scenario.name}-") as tmp:
-            scratch = Path(tmp)
-            raw = record_scenario(codex, scenario, scratch)
-            if args.keep_raw:
-                shutil.copytree(raw, args.keep_raw / scenario.name, dirs_exist_ok=True)
-            needles = (str(scratch), API_KEY)
-            write_fixtures(raw, args.out / scenario.name, sanitize_record, needles)
-    print(f"Codex {CODEX_VERSION}: fixtures in {args.out}")
-    return 0
+    by_name = {scenario.name: scenario for scenario in SCENARIOS}
+
+    def record(name: str, scratch: Path) -> Path:
+        return record_scenario(codex, by_name[name], scratch)
+
+    print(f"codex {CODEX_VERSION}")
+    description = (__doc__ or "").split("\n\n")[0]
+    return record_all(description, FIXTURES_DIR, list(by_name), record, sanitize_record, API_KEY)
 
 
 if __name__ == "__main__":
