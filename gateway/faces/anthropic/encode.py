@@ -169,6 +169,11 @@ _PING = sse(b"ping", {"type": "ping"})
 _START = b"content_block_start"
 _DELTA = b"content_block_delta"
 _STOP = b"content_block_stop"
+# One text or reasoning delta for the open block of its kind: (block type, delta type, field).
+_FAST_DELTAS: dict[type, tuple[str, bytes, bytes]] = {
+    ContentDelta: (_TEXT, b"text_delta", b"text"),
+    ReasoningDelta: (_THINKING, b"thinking_delta", b"thinking"),
+}
 _KINDS = {"content_block_start": _START, "content_block_delta": _DELTA, "content_block_stop": _STOP}
 
 
@@ -188,6 +193,10 @@ class _Message:
         self._model = model
         self._writer = BlockWriter(codec, show_thinking=show_thinking)
         self._stops = stops
+        self._begin()
+
+    def _begin(self) -> None:
+        """A subclass's own state."""
 
     def _stop_reason(self, finish: Finish) -> tuple[str, Any]:
         return stop_reason(finish, self._writer.made_tool_use, self._stops)
@@ -196,21 +205,9 @@ class _Message:
 class MessageStream(_Message):
     """The face's StreamEncoder: message_start at once, blocks, one message_delta, message_stop."""
 
-    def __init__(
-        self,
-        message_id: str,
-        model: str,
-        codec: ReasoningCodec,
-        stops: tuple[str, ...],
-        *,
-        show_thinking: bool = True,
-    ) -> None:
-        super().__init__(message_id, model, codec, stops, show_thinking=show_thinking)
-        # A text (or thinking) delta for the open block, all but the text encoded once.
-        self._text_head = b""
-        self._text_index = -2
-        self._thinking_head = b""
-        self._thinking_index = -2
+    def _begin(self) -> None:
+        # Per delta kind: the open block's index and all of its delta event but the text.
+        self._heads: dict[str, tuple[int, bytes]] = {}
 
     def start(self) -> bytes:
         message: dict[str, Any] = {
@@ -240,34 +237,34 @@ class MessageStream(_Message):
 
     def deltas(self, deltas: list[ParsedDelta]) -> bytes:
         writer = self._writer
-        if len(deltas) == 1 and type(deltas[0]) is ContentDelta and writer.open == _TEXT:
-            # The usual event: more text for the open text block.
-            text = deltas[0].text
-            if not text:
-                return b""
-            if self._text_index != writer.index:
-                self._text_index = writer.index
-                self._text_head = (
-                    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
-                    + str(writer.index).encode()
-                    + b',"delta":{"type":"text_delta","text":'
-                )
-            return self._text_head + orjson.dumps(text) + b"}}\n\n"
-        if len(deltas) == 1 and type(deltas[0]) is ReasoningDelta and writer.open == _THINKING:
-            # As usual while thinking: more reasoning for the open thinking block, the steps
-            # and bytes of BlockWriter.feed without its event dict.
-            text = deltas[0].text
-            if not text or not writer.more_thinking(text):
-                return b""
-            if self._thinking_index != writer.index:
-                self._thinking_index = writer.index
-                self._thinking_head = (
-                    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
-                    + str(writer.index).encode()
-                    + b',"delta":{"type":"thinking_delta","thinking":'
-                )
-            return self._thinking_head + orjson.dumps(text) + b"}}\n\n"
+        if len(deltas) == 1:
+            # The usual event: more text or reasoning for the open block of its kind; the
+            # bytes BlockWriter.feed would make, without its event dict.
+            delta = deltas[0]
+            fast = _FAST_DELTAS.get(type(delta))
+            if fast is not None and writer.open == fast[0]:
+                text: str = delta.text  # type: ignore[union-attr]
+                if not text or (fast[0] == _THINKING and not writer.more_thinking(text)):
+                    return b""
+                return self._head(fast, writer.index) + orjson.dumps(text) + b"}}\n\n"
         return self._encode(writer.feed(deltas))
+
+    def _head(self, fast: tuple[str, bytes, bytes], index: int) -> bytes:
+        kind = fast[0]
+        found = self._heads.get(kind)
+        if found is not None and found[0] == index:
+            return found[1]
+        head = (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+            + str(index).encode()
+            + b',"delta":{"type":"'
+            + fast[1]
+            + b'","'
+            + fast[2]
+            + b'":'
+        )
+        self._heads[kind] = (index, head)
+        return head
 
     @staticmethod
     def _encode(events: list[dict[str, Any]]) -> bytes:
@@ -291,16 +288,7 @@ class MessageStream(_Message):
 class MessageCollector(_Message):
     """The face's Collector: the same blocks, gathered into one message."""
 
-    def __init__(
-        self,
-        message_id: str,
-        model: str,
-        codec: ReasoningCodec,
-        stops: tuple[str, ...],
-        *,
-        show_thinking: bool = True,
-    ) -> None:
-        super().__init__(message_id, model, codec, stops, show_thinking=show_thinking)
+    def _begin(self) -> None:
         self._blocks: list[dict[str, Any]] = []
         self._json: dict[int, list[str]] = {}
 

@@ -522,3 +522,32 @@ def test_keepalive_frame_is_a_ping_event() -> None:
     (event,) = parse_sse(frame)
     assert event.name == "ping"
     assert event.data == {"type": "ping"}
+
+
+class _SlowStream(MessageStream):
+    """Every batch through BlockWriter.feed and the event dicts: the fast path's reference."""
+
+    def deltas(self, deltas: list[ParsedDelta]) -> bytes:
+        return self._encode(self._writer.feed(deltas))
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from([R("think "), R(" "), C("Hi"), C(" "), C('say "x"\n'), R("é🙂")]),
+            min_size=1,
+            max_size=3,
+        ),
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_the_one_delta_fast_path_sends_the_bytes_feed_would(
+    batches: list[list[ParsedDelta]], show: bool
+) -> None:
+    fast = MessageStream("msg_x", "m", CODEC, (), show_thinking=show)
+    slow = _SlowStream("msg_x", "m", CODEC, (), show_thinking=show)
+    end = finish()
+    sent_fast = fast.start() + b"".join(fast.deltas(list(b)) for b in batches) + fast.finish(end)
+    sent_slow = slow.start() + b"".join(slow.deltas(list(b)) for b in batches) + slow.finish(end)
+    assert sent_fast == sent_slow
