@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import AuthenticationError, GatewayError, NoReplicaError, RateLimitError
+from gateway.faces.headers import read_headers
 from gateway.settings import AdmissionSettings, ShutdownSettings
 from gateway.state import AppState
 
@@ -212,13 +213,13 @@ class AdmissionMiddleware:
             self.controller.release(entry)
 
 
+_CREDENTIALS = (b"authorization", b"x-api-key")
+
+
 def _authorized(state: AppState, scope: Scope) -> bool:
     if not state.auth.enabled:
         return True
-    found: dict[bytes, str] = {}
-    for name, value in scope["headers"]:
-        if name in (b"authorization", b"x-api-key") and name not in found:
-            found[name] = value.decode("latin-1")
+    found = read_headers(scope["headers"], _CREDENTIALS)
     try:
         state.auth.check(found.get(b"authorization"), found.get(b"x-api-key"))
     except AuthenticationError:

@@ -49,6 +49,7 @@ from gateway.faces.anthropic.protocol import (
     ToolResultPart,
     ToolUseBlock,
 )
+from gateway.faces.headers import read_headers
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.faces.anthropic")
@@ -71,11 +72,7 @@ class Headers:
     )
 
     def __init__(self, scope_headers: Sequence[tuple[bytes, bytes]]) -> None:
-        found: dict[bytes, str] = {}
-        for name, value in scope_headers:
-            if name in self.WANTED and name not in found:
-                found[name] = value.decode("latin-1")
-        self._found = found
+        self._found = read_headers(scope_headers, self.WANTED)
 
     def get(self, name: bytes) -> str | None:
         return self._found.get(name)

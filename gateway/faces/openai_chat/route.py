@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.core.run import Run
 from gateway.errors import ClientDisconnected, GatewayError
+from gateway.faces.headers import read_headers
 from gateway.faces.openai_chat.encode import ChatAnswer
 from gateway.faces.openai_chat.input import API, parse_chat, read_body
 from gateway.routes.deps import app_state, error_response
@@ -31,18 +32,10 @@ router = APIRouter()
 _WANTED = (b"authorization", b"content-length", b"x-session-id")
 
 
-def _headers(scope: Scope) -> dict[bytes, str]:
-    found: dict[bytes, str] = {}
-    for name, value in scope["headers"]:
-        if name in _WANTED and name not in found:
-            found[name] = value.decode("latin-1")
-    return found
-
-
 async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     """Auth, body, validation, admission into the metrics; then the core's Run answers."""
     scope_state: dict[str, Any] = scope["state"]
-    headers = _headers(scope)
+    headers = read_headers(scope["headers"], _WANTED)
     model = "unknown"
     try:
         state.auth.check(headers.get(b"authorization"))

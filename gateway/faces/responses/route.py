@@ -5,7 +5,6 @@ core's Run), GET and DELETE /v1/responses/{id} for stored responses. Errors are 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -19,6 +18,7 @@ from gateway.core.images import ImageSlots
 from gateway.core.request import CoreRequest, Sampling, SessionHints
 from gateway.core.run import Run
 from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError, NotFoundError
+from gateway.faces.headers import read_headers
 from gateway.faces.openai_chat.input import check_counts, load_json_body, read_body
 from gateway.faces.responses.convert import (
     convert_input,
@@ -53,14 +53,6 @@ _ECHO = (
 )
 
 
-def _headers(scope_headers: Sequence[tuple[bytes, bytes]]) -> dict[bytes, str]:
-    found: dict[bytes, str] = {}
-    for name, value in scope_headers:
-        if name in _WANTED and name not in found:
-            found[name] = value.decode("latin-1")
-    return found
-
-
 def _history(state: AppState, request: ResponsesRequest) -> list[Any]:
     """The conversation a previous_response_id names, before this request's input."""
     previous = request.previous_response_id
@@ -91,7 +83,7 @@ def _echo(request: ResponsesRequest, raw: dict[str, Any]) -> dict[str, Any]:
 
 async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     scope_state = scope["state"]
-    headers = _headers(scope["headers"])
+    headers = read_headers(scope["headers"], _WANTED)
     model = "unknown"
     settings = state.settings
     try:
