@@ -10,7 +10,6 @@ replays it gets the same prompt back.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -464,7 +463,3 @@ class ResponsesAnswer:
 
     def collector(self) -> ResponseCollector:
         return ResponseCollector(self._info, self._writer(), self._on_done)
-
-
-def now() -> int:
-    return int(time.time())
