@@ -39,6 +39,22 @@ def gateway(sim: Proc) -> Iterator[Proc]:
         proc.stop()
 
 
+def sim_and_gateway(
+    *sim_args: str, time_scale: float = 0.001, env: Mapping[str, str] | None = None
+) -> Iterator[tuple[Proc, Proc]]:
+    """A simulator with `sim_args` and a gateway (GATEWAY_ENV plus `env`) in front of it, for a
+    module fixture to `yield from`."""
+    sim = start_sim(*sim_args, time_scale=time_scale)
+    try:
+        gateway = start_gateway([sim.url], env={**GATEWAY_ENV, **(env or {})})
+        try:
+            yield sim, gateway
+        finally:
+            gateway.stop()
+    finally:
+        sim.stop()
+
+
 def client_for(proc: Proc, api_key: str = "unused", **kwargs: object) -> openai.OpenAI:
     return openai.OpenAI(
         base_url=proc.url + "/v1",

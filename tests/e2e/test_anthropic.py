@@ -18,7 +18,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests.e2e.conftest import GATEWAY_ENV, metric_sum, sim_body, wait_for
+from tests.e2e.conftest import GATEWAY_ENV, metric_sum, sim_and_gateway, sim_body, wait_for
 from tests.gateway.parsers.support import render_call
 from tests.support.anthropic_events import (
     Event,
@@ -26,7 +26,7 @@ from tests.support.anthropic_events import (
     events_before_first_block,
     parse_sse,
 )
-from tests.support.procs import Proc, start_gateway, start_sim
+from tests.support.procs import Proc, start_gateway
 
 MODEL = "claude-sonnet-4-5-20250929"  # any name is served, and echoed back
 ABORTS = "sglang:num_aborted_requests_total"
@@ -49,23 +49,9 @@ WEATHER: Any = {
 HELLO: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Hello there"}]
 
 
-def _pair(
-    *sim_args: str, time_scale: float = 0.001, env: dict[str, str] | None = None
-) -> Iterator[tuple[Proc, Proc]]:
-    sim = start_sim(*sim_args, time_scale=time_scale)
-    try:
-        gateway = start_gateway([sim.url], env={**GATEWAY_ENV, **(env or {})})
-        try:
-            yield sim, gateway
-        finally:
-            gateway.stop()
-    finally:
-        sim.stop()
-
-
 @pytest.fixture(scope="module")
 def main() -> Iterator[tuple[Proc, Proc]]:
-    yield from _pair("--track-interval", "1")
+    yield from sim_and_gateway("--track-interval", "1")
 
 
 @pytest.fixture(scope="module")
@@ -618,7 +604,7 @@ def test_a_trailing_assistant_message_is_a_400(client: anthropic.Anthropic) -> N
 @pytest.fixture(scope="module")
 def small() -> Iterator[tuple[Proc, Proc]]:
     """A simulator with a 512-token context."""
-    yield from _pair("--context-length", str(SMALL_CONTEXT))
+    yield from sim_and_gateway("--context-length", str(SMALL_CONTEXT))
 
 
 def test_an_overlong_prompt_is_a_400_in_anthropics_words(small: tuple[Proc, Proc]) -> None:
@@ -815,7 +801,7 @@ def test_the_connection_probe(keyed: Proc) -> None:
 @pytest.fixture(scope="module")
 def slow() -> Iterator[tuple[Proc, Proc]]:
     """A modelled prefill of ~0.65 s (the 6.5 s floor at a tenth) and pings every 0.1 s."""
-    yield from _pair(time_scale=0.1, env={"FLASHBOX_ANTHROPIC__KEEPALIVE_S": "0.1"})
+    yield from sim_and_gateway(time_scale=0.1, env={"FLASHBOX_ANTHROPIC__KEEPALIVE_S": "0.1"})
 
 
 def test_pings_keep_a_slow_prefill_alive(slow: tuple[Proc, Proc]) -> None:

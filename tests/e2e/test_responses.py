@@ -19,9 +19,9 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import GATEWAY_ENV, metric_sum, sim_body, wait_for
+from tests.e2e.conftest import GATEWAY_ENV, metric_sum, sim_and_gateway, sim_body, wait_for
 from tests.gateway.parsers.support import render_call
-from tests.support.procs import Proc, start_gateway, start_sim
+from tests.support.procs import Proc, start_gateway
 from tests.support.responses_events import Checked, check_stream, check_usage, parse_sse
 
 MODEL = "gpt-5.3-codex"  # any name is served, and echoed back
@@ -65,23 +65,9 @@ CODEX_TOOLS: Any = [WEATHER, DOCS, PATCH, {"type": "web_search", "external_web_a
 PATCH_TEXT = '*** Begin Patch\n*** Add File: notes.txt\n+São Paulo "SP" \\ 🎉\n*** End Patch\n'
 
 
-def _pair(
-    *sim_args: str, time_scale: float = 0.001, env: dict[str, str] | None = None
-) -> Iterator[tuple[Proc, Proc]]:
-    sim = start_sim(*sim_args, time_scale=time_scale)
-    try:
-        gateway = start_gateway([sim.url], env={**GATEWAY_ENV, **(env or {})})
-        try:
-            yield sim, gateway
-        finally:
-            gateway.stop()
-    finally:
-        sim.stop()
-
-
 @pytest.fixture(scope="module")
 def main() -> Iterator[tuple[Proc, Proc]]:
-    yield from _pair("--track-interval", "1")
+    yield from sim_and_gateway("--track-interval", "1")
 
 
 @pytest.fixture(scope="module")
@@ -837,7 +823,7 @@ def test_a_wrong_key_is_a_401_on_every_route(keyed: Proc) -> None:
 @pytest.fixture(scope="module")
 def small() -> Iterator[tuple[Proc, Proc]]:
     """A simulator with a 512-token context."""
-    yield from _pair("--context-length", str(SMALL_CONTEXT))
+    yield from sim_and_gateway("--context-length", str(SMALL_CONTEXT))
 
 
 def test_an_overlong_prompt_is_context_length_exceeded(small: tuple[Proc, Proc]) -> None:
@@ -1018,7 +1004,7 @@ def test_codex_requests_and_headers_are_accepted(client: openai.OpenAI, gateway:
 @pytest.fixture(scope="module")
 def slow() -> Iterator[tuple[Proc, Proc]]:
     """A modelled prefill of ~0.65 s (the 6.5 s floor at a tenth), keepalives every 0.1 s."""
-    yield from _pair(time_scale=0.1, env={"FLASHBOX_RESPONSES__KEEPALIVE_S": "0.1"})
+    yield from sim_and_gateway(time_scale=0.1, env={"FLASHBOX_RESPONSES__KEEPALIVE_S": "0.1"})
 
 
 def test_in_progress_events_keep_a_slow_prefill_alive(slow: tuple[Proc, Proc]) -> None:
