@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -46,6 +46,9 @@ class ModelSettings(_Section):
     image_marker_tokens: list[str] = Field(
         default_factory=lambda: ["<|begin_of_image|>", "<|image|>", "<|end_of_image|>"]
     )
+    # Where the first user turn starts in a rendered prompt: what precedes it is the prompt's
+    # head (system prompt and tools), shared by every session of one client and project.
+    user_turn_marker: str = "<|user|>"
     owned_by: str = "flashbox"
     # The parsers need the reasoning and tool-call markup, which are special tokens.
     skip_special_tokens: bool = False
@@ -114,6 +117,48 @@ class HealthSettings(_Section):
     healthy_after: int = Field(default=1, gt=0)
 
 
+class DiscoverySettings(_Section):
+    """Engines found by DNS (a Kubernetes headless Service): each address the name resolves to
+    is a replica, and the name is looked up again every interval_s (docs/affinity.md,
+    "Replicas"). Unset, the replicas are the static `engines`; set, `engines` is not used."""
+
+    dns_name: str | None = None
+    # The engines' port and scheme: an A/AAAA record carries only the address.
+    port: int = Field(default=30000, gt=0, lt=65536)
+    scheme: Literal["http", "https"] = "http"
+    interval_s: float = Field(default=10.0, gt=0)
+    # One lookup's deadline; a lookup that misses it keeps the replicas as they were.
+    timeout_s: float = Field(default=5.0, gt=0)
+    # Addresses taken from one answer; beyond it the replicas already in use are kept first.
+    max_replicas: int = Field(default=64, gt=0)
+    # A dual-stack Service answers once per family for each pod: one engine would count twice.
+    address_family: Literal["ipv4", "ipv6", "any"] = "ipv4"
+    # "host:port" of a DNS server asked directly over UDP instead of the system resolver (tests,
+    # or a server /etc/resolv.conf does not name). The name is asked as given: no search list.
+    nameserver: str | None = None
+
+    @field_validator("dns_name", "nameserver", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # A template that renders FLASHBOX_DISCOVERY__DNS_NAME="" means "no discovery".
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("nameserver")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            host, _, port = value.rpartition(":")
+            if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"discovery.nameserver {value!r} must be host:port")
+        return value
+
+    def nameserver_address(self) -> tuple[str, int] | None:
+        if self.nameserver is None:
+            return None
+        host, _, port = self.nameserver.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
 class RoutingSettings(_Section):
     """Replica choice: session affinity that keeps each session on the replica holding its
     recurrent-state checkpoint (docs/affinity.md has the placement rules and the cost model)."""
@@ -157,6 +202,14 @@ class RoutingSettings(_Section):
     backoff_max_s: float = Field(default=1.0, ge=0)
     # Keys for /admin/*; empty disables the admin API.
     admin_api_keys: list[str] = Field(default_factory=list)
+    # Prompt heads (docs/affinity.md): for a prompt whose head (system prompt and tools, up to
+    # the first user turn) has at least min_head_tokens (counted by the engine's /tokenize once
+    # per distinct head of at least that many characters), /generate asks the engine to
+    # checkpoint the head's end, and a new lineage with that head goes where the checkpoint is.
+    prompt_heads: bool = True
+    min_head_tokens: int = Field(default=4096, gt=0)
+    head_table_size: int = Field(default=4096, gt=0)
+    head_idle_ttl_s: float = Field(default=3600.0, gt=0)
 
 
 class AuthSettings(_Section):
@@ -347,6 +400,7 @@ class Settings(BaseSettings):
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     render_offload: RenderOffloadSettings = Field(default_factory=RenderOffloadSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
@@ -371,12 +425,19 @@ class Settings(BaseSettings):
     @field_validator("engines")
     @classmethod
     def _engine_urls(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError("at least one engine base URL is needed (FLASHBOX_ENGINES)")
         for url in value:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"engine URL {url!r} must start with http:// or https://")
         return [url.rstrip("/") for url in value]
+
+    @model_validator(mode="after")
+    def _an_engine_source(self) -> Settings:
+        if not self.engines and self.discovery.dns_name is None:
+            raise ValueError(
+                "at least one engine base URL is needed (FLASHBOX_ENGINES), or a DNS name whose "
+                "addresses are the engines (FLASHBOX_DISCOVERY__DNS_NAME)"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -11,6 +11,7 @@ import httpx
 
 from gateway.auth import ApiKeyChecker
 from gateway.components import load_constraint_builder, load_parser_factory, load_renderer
+from gateway.core.heads import HeadTokens
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.relay import error_kind
 from gateway.errors import GatewayError
@@ -23,6 +24,7 @@ from gateway.parsers.constraints import DecodingConstraintBuilder
 from gateway.render.base import Renderer
 from gateway.routing import Replica, ReplicaPicker
 from gateway.routing.build import build_routing
+from gateway.routing.discovery import DnsReplicas, StaticReplicas, resolver_for
 from gateway.routing.health import HealthProber
 from gateway.settings import Settings
 from gateway.upstream import EngineClient
@@ -44,6 +46,10 @@ class AppState:
     reasoning_codec: ReasoningCodec
     responses: ResponseStore
     media: MediaResolver
+    # Prompt heads' token counts (gateway.core.heads), asked of the engine once per head.
+    head_tokens: HeadTokens
+    # Engines found by DNS (discovery.dns_name); None: the static `engines` list.
+    discovery: DnsReplicas | None = None
     in_flight: int = 0
     # Fire-and-forget work (abort_request calls) kept referenced until done.
     background: set[asyncio.Task[bool]] = field(default_factory=set)
@@ -76,7 +82,16 @@ def build_state(
 ) -> AppState:
     metrics = Metrics()
     engine = EngineClient(settings.upstream, transport=transport, deadlines=settings.timeouts)
-    picker, prober = build_routing(settings, metrics, engine.control)
+    dns_name = settings.discovery.dns_name
+    source = None if dns_name is None else StaticReplicas([])
+    picker, prober = build_routing(settings, metrics, engine.control, source)
+    discovery = None
+    if dns_name is not None:
+        if settings.engines:
+            log.info("discovery.dns_name is set: the engines list %s is not used", settings.engines)
+        discovery = DnsReplicas(
+            settings.discovery, resolver_for(settings.discovery), metrics, picker.add
+        )
     state = AppState(
         settings=settings,
         metrics=metrics,
@@ -84,11 +99,13 @@ def build_state(
         engine=engine,
         picker=picker,
         prober=prober,
+        discovery=discovery,
         renderer=load_renderer(settings.render),
         parser_factory=load_parser_factory(settings.model.family),
         constraint_builder=load_constraint_builder(settings.model.family),
         reasoning_codec=_reasoning_codec(settings),
         media=MediaResolver(settings.media, metrics),
+        head_tokens=HeadTokens(settings.routing.head_table_size),
         responses=ResponseStore(
             max_entries=settings.responses.store_max_entries,
             max_bytes=settings.responses.store_max_bytes,
@@ -102,7 +119,7 @@ def build_state(
 def _follow_engine_image_bounds(state: AppState) -> None:
     """The media stage estimates image tokens with the engines' own max_pixels, and takes no
     more images than the strictest engine (what their /server_info reports)."""
-    replicas = state.picker.replicas
+    replicas = [r for r in state.picker.replicas if not r.gone]
     pixels = [r.image_max_pixels for r in replicas if r.image_max_pixels]
     limits = [r.max_images for r in replicas if r.max_images]
     state.media.engine_bounds(min(pixels, default=None), min(limits, default=None))
@@ -127,6 +144,10 @@ def _reasoning_codec(settings: Settings) -> ReasoningCodec:
 
 async def start(state: AppState) -> None:
     started = time.perf_counter()
+    if state.discovery is not None:
+        # The first lookup before the first probe, so that probe already sees the engines.
+        await state.discovery.refresh()
+        state.discovery.start()
     await state.prober.probe_all()
     up = [r.name for r in state.picker.replicas if r.healthy]
     log.info("first health probe took %.3fs; replicas up: %s", time.perf_counter() - started, up)
@@ -134,6 +155,8 @@ async def start(state: AppState) -> None:
 
 
 async def stop(state: AppState) -> None:
+    if state.discovery is not None:
+        await state.discovery.stop()
     await state.prober.stop()
     if state.background:
         await asyncio.wait(state.background, timeout=state.settings.upstream.abort_timeout_s)

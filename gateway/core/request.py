@@ -45,6 +45,12 @@ class SessionHints:
     body: Mapping[str, Any] = field(default_factory=dict)
     # A conversation within the session (a subagent's id): kept apart from the main one.
     conversation: str | None = None
+    # What the client says the request is, when it says (Claude Code's hint header
+    # x-claude-code-request-class: main, subagent, workflow, compaction, auxiliary).
+    request_class: str | None = None
+    # The client compacted the conversation before this request: the session's previous main
+    # conversation will not come back (Claude Code's x-claude-code-context-compacted).
+    compacted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from gateway.core.images import stable_parts
 from gateway.core.request import CoreRequest
@@ -14,21 +15,80 @@ from gateway.errors import (
     UpstreamStreamError,
     UpstreamTimeoutError,
 )
+from gateway.media.refs import CheckedImage
 from gateway.routing import Outcome
-from gateway.routing.session_key import session_key
-from gateway.settings import RoutingSettings
+from gateway.routing.lineage import declared_kind
+from gateway.routing.replica import RequestContext
+from gateway.routing.session_key import lineage_key, named_session, session_key
+from gateway.settings import RoutingSettings, Settings
 
 
 def request_session_key(request: CoreRequest, settings: RoutingSettings) -> str:
+    """The session's key: the one the client named (header, else body field), else the
+    conversation's root."""
     hints = request.session
-    header = hints.header
-    if header and hints.conversation:
-        # A subagent's conversation has its own prompt and checkpoint: its own key.
-        header = f"{header}\0{hints.conversation}"
+    named = named_session(hints.header, hints.body, settings.session_fields)
+    if named is not None:
+        return named
     messages = request.messages
-    if request.images and not header:
+    if request.images:
         messages = stable_parts(messages, request.images)
-    return session_key(header, hints.body, settings.session_fields, messages, request.tools)
+    return session_key(None, hints.body, (), messages, request.tools)
+
+
+def route_context(
+    request: CoreRequest,
+    settings: Settings,
+    rid: str,
+    prompt: str,
+    head: str | None,
+    head_tokens: int,
+    images: list[CheckedImage],
+    image_tokens: int,
+) -> RequestContext:
+    """What routing sees of a request (gateway.routing.replica.RequestContext): its session,
+    its lineage within the session and the lineage's kind, its prompt head, its images."""
+    hints = request.session
+    routing = settings.routing
+    named = named_session(hints.header, hints.body, routing.session_fields)
+    kind = declared_kind(hints.request_class, hints.conversation)
+    tools = bool(request.tools)
+    image_digests = tuple(image.digest for image in images)
+    if named is None:
+        # One conversation per session: its root is its key, and its only lineage.
+        return RequestContext(
+            rid,
+            request_session_key(request, routing),
+            prompt,
+            kind=kind,
+            tools=tools,
+            head=head,
+            head_tokens=head_tokens,
+            images=image_digests,
+            image_tokens=image_tokens,
+        )
+    messages = request.messages
+    if request.images:
+        # Only the root's first user message goes into the key: sentinels become digests.
+        messages = stable_parts(messages[: _first_user_index(messages) + 1], request.images)
+    lineage = lineage_key(named, hints.conversation, head or "", messages)
+    return RequestContext(
+        rid,
+        named,
+        prompt,
+        lineage=lineage,
+        kind=kind,
+        tools=tools,
+        head=head,
+        head_tokens=head_tokens,
+        compacted=hints.compacted,
+        images=image_digests,
+        image_tokens=image_tokens,
+    )
+
+
+def _first_user_index(messages: list[dict[str, Any]]) -> int:
+    return next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages))
 
 
 def classify_failure(exc: GatewayError) -> tuple[Outcome, bool]:

@@ -18,15 +18,17 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from gateway.core.answer import Answer
+from gateway.core.heads import prompt_head
 from gateway.core.images import check_markers
 from gateway.core.relay import Relay, error_kind
 from gateway.core.request import CoreRequest
-from gateway.core.retry import backoff_s, classify_failure, request_session_key
+from gateway.core.retry import backoff_s, classify_failure, route_context
 from gateway.engine_stream import EngineStream
 from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError
 from gateway.media import CheckedImage, ImageRef
 from gateway.observability.timeline import RequestRecord
 from gateway.routing import Outcome, Replica, RequestContext
+from gateway.routing.session_key import digest_text
 from gateway.sampling import add_constraint, generate_body
 from gateway.state import AppState
 from gateway.stream.response import DisconnectWatcher, SSEResponse
@@ -56,8 +58,6 @@ class Run:
         # logs, travels as the x-request-id header of /generate.
         self._rid: str = scope_state["rid"]
         self._request_id: str = scope_state["request_id"]
-        # Hashed here, before anything could log it (gateway.routing.session_key).
-        self._session_key = request_session_key(request, state.settings.routing)
         self._tool_choice = request.tool_choice
         self._ctx: RequestContext | None = None
         self._replica: Replica | None = None
@@ -109,15 +109,27 @@ class Run:
         record.mark("render")
         tag = state.settings.model.reasoning_open_tag
         in_reasoning = bool(tag) and prompt.endswith(tag)
-        ctx = self._ctx = RequestContext(self._rid, self._session_key, prompt)
-        body = generate_body(request, prompt, self._rid, state.settings)
         placed = [images[i] for i in order]
+        image_tokens = extra_tokens(placed)
+        head, head_tokens = await self._head(prompt)
+        # Keys are hashed here, before anything could log them (gateway.routing.session_key).
+        ctx = self._ctx = route_context(
+            request, state.settings, self._rid, prompt, head, head_tokens, placed, image_tokens
+        )
+        body = generate_body(request, prompt, self._rid, state.settings)
+        if head_tokens:
+            params = body["sampling_params"]
+            params["custom_params"] = {"flashbox_head_tokens": head_tokens}
         if placed:
             # Only checked bytes, as data URLs the gateway built: the engine would fetch or
             # open anything else it is given.
             body["image_data"] = [image.data_url for image in placed]
         if request.clamp_max_tokens:
-            await self._fit_output(prompt, body["sampling_params"], extra_tokens(placed))
+            await self._fit_output(prompt, body["sampling_params"], image_tokens)
+        elif image_tokens:
+            # Images can take most of the context by themselves: refuse what cannot fit
+            # before the engine spends a vision pass on it.
+            await self._fit_output(prompt, {"max_new_tokens": 1}, image_tokens)
         constraint = state.constraint_builder(
             tools=request.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
         )
@@ -136,6 +148,28 @@ class Run:
             record=record,
         )
         return self._relay
+
+    async def _head(self, prompt: str) -> tuple[str | None, int]:
+        """The prompt head's digest, and its tokens when the engine should checkpoint it (0:
+        not worth a checkpoint slot, or prompt heads are off)."""
+        settings = self._state.settings
+        text = prompt_head(prompt, settings.model.user_turn_marker)
+        if text is None:
+            return None, 0
+        digest = digest_text("head", text)
+        routing = settings.routing
+        # A text has no more tokens than characters: a shorter head cannot reach the minimum,
+        # a longer one costs one /tokenize per distinct head, and the count decides.
+        if not routing.prompt_heads or len(text) < routing.min_head_tokens:
+            return digest, 0
+        replica = next((r for r in self._state.picker.replicas if r.healthy), None)
+        if replica is None:
+            return digest, 0
+        engine = self._state.engine
+        tokens = await self._state.head_tokens.count(
+            digest, text, lambda head: engine.count_prompt_tokens(replica, head)
+        )
+        return digest, tokens if tokens >= routing.min_head_tokens else 0
 
     async def _fit_output(self, prompt: str, params: dict[str, Any], extra: int = 0) -> None:
         """Lower max_new_tokens to what fits in the engine's context (SGLang refuses a prompt

@@ -63,6 +63,9 @@ MEDIA_REJECT_REASONS = (
     "insecure_image_url", "image_address_denied", "image_redirect_denied", "image_fetch_timeout",
     "image_fetch_failed",
 )  # fmt: skip
+# flashbox_discovery_errors_total{reason}: a DNS lookup of discovery.dns_name that changed
+# nothing: it failed, timed out, or answered no address (gateway/routing/discovery.py).
+DISCOVERY_ERROR_REASONS = ("failed", "timeout", "empty")
 MEDIA_BYTES_BUCKETS = (
     1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 2097152.0, 4194304.0, 8388608.0,
     16777216.0, 33554432.0,
@@ -142,9 +145,11 @@ class Metrics:
             "flashbox_template_render_seconds", "Chat-template rendering time.",
             ["renderer"], buckets=RENDER_BUCKETS, registry=reg,
         )  # fmt: skip
+        # lineage: main, subagent or side (gateway.routing.lineage).
         self.affinity = Counter(
-            "flashbox_affinity", "Routing decisions by outcome.", ["outcome"], registry=reg
-        )
+            "flashbox_affinity", "Routing decisions by outcome and lineage kind.",
+            ["outcome", "lineage"], registry=reg,
+        )  # fmt: skip
         self.replica_up = Gauge(
             "flashbox_replica_up", "1 when the replica passes health checks.",
             ["replica"], registry=reg,
@@ -218,6 +223,20 @@ class Metrics:
         )  # fmt: skip
         for source in MEDIA_SOURCES:
             self.media_images.labels(source=source)
+
+        # DNS discovery of the engines (discovery.dns_name).
+        self.discovery_errors = Counter(
+            "flashbox_discovery_errors",
+            "DNS lookups of the engines' name that kept the last known replicas, by reason.",
+            ["reason"], registry=reg,
+        )  # fmt: skip
+        self.discovery_replicas = Gauge(
+            "flashbox_discovery_replicas",
+            "Engine replicas the DNS name resolved to at its last successful lookup.",
+            registry=reg,
+        )
+        for reason in DISCOVERY_ERROR_REASONS:
+            self.discovery_errors.labels(reason=reason)
         for reason in MEDIA_REJECT_REASONS:
             self.media_rejected.labels(reason=reason)
 
@@ -234,6 +253,12 @@ class Metrics:
         for name in names:
             self.replica_up.labels(replica=name).set(0)
             self.replica_in_flight.labels(replica=name).set(0)
+
+    def forget_replica(self, name: str) -> None:
+        """A replica that left DNS discovery: its flashbox_replica_up series ends (no dashboard
+        line or label kept for every address a pod ever had). flashbox_replica_in_flight stays:
+        requests still open there count down on it."""
+        self.replica_up.remove(name)
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

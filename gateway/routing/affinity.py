@@ -9,6 +9,15 @@ it ("spill").
 Each pinned turn is verified once it ends: the engine's cached tokens must cover the session's
 previous prompt rounded down to the track interval ("hit"), else "verified_miss".
 
+Pins are kept per lineage (gateway.routing.lineage): each conversation of a session (main,
+subagents, side requests, the conversation restarted after compaction) is pinned and verified on
+its own, so a side request is never compared with the main conversation. A new lineage goes,
+in order, where its prompt head's checkpoint is ("head": verified as head_hit or head_miss),
+where its session's other lineages are, or to its rendezvous choice; each within the replica's
+budget and share. A turn that adds an image while older ones remain loses the cache from the
+first older image on (the engine hashes a request's images as one bundle: MEDIA.md 3.5) and is
+counted as "media_reset", not verified.
+
 Baselines for the benchmark: consistent_hash (first rendezvous choice, no pins, no capacity)
 and round_robin.
 """
@@ -23,6 +32,7 @@ from dataclasses import dataclass
 
 from gateway.errors import NoReplicaError
 from gateway.routing import capacity
+from gateway.routing.lineage import MAIN, SIDE, HeadTable, SessionInfo, SessionTable
 from gateway.routing.picker import Outcome
 from gateway.routing.pins import PinTable
 from gateway.routing.rendezvous import ranked
@@ -31,9 +41,22 @@ from gateway.settings import RoutingSettings
 
 log = logging.getLogger("gateway.routing.affinity")
 
-# flashbox_affinity_total{outcome}: each pinned turn counts once, as hit or verified_miss (or
-# unverified when it ended without usage); the other outcomes count when the pick is made.
-OUTCOMES = ("hit", "verified_miss", "unverified", "new", "spill", "failover", "unpinned")
+# flashbox_affinity_total{outcome,lineage}: each pinned turn counts once, as hit,
+# verified_miss or media_reset (or unverified when it ended without usage); a new lineage placed
+# where its head's checkpoint is counts as head_hit or head_miss when it ends; the other outcomes
+# count when the pick is made.
+OUTCOMES = (
+    "hit",
+    "verified_miss",
+    "unverified",
+    "media_reset",
+    "new",
+    "head_hit",
+    "head_miss",
+    "spill",
+    "failover",
+    "unpinned",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +70,9 @@ class _Pending:
     key: str
     affinity: str
     expected_cached: int
+    kind: str = MAIN
+    # The turn added an image while older ones remain: the cache legitimately ends earlier.
+    media_reset: bool = False
 
 
 class AffinityPicker:
@@ -54,7 +80,7 @@ class AffinityPicker:
         self,
         replicas: Sequence[Replica],
         settings: RoutingSettings,
-        count: Callable[[str], None],
+        count: Callable[[str, str], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._replicas: list[Replica] = []
@@ -63,6 +89,8 @@ class AffinityPicker:
         self._count = count
         self._clock = clock
         self.pins = PinTable(settings.pin_table_size, settings.pin_idle_ttl_s)
+        self.sessions = SessionTable(settings.pin_table_size, settings.pin_idle_ttl_s)
+        self.heads = HeadTable(settings.head_table_size, settings.head_idle_ttl_s)
         self._pending: dict[str, _Pending] = {}
         self._next = 0
         for replica in replicas:
@@ -98,18 +126,20 @@ class AffinityPicker:
         ]
         if not usable:
             raise NoReplicaError("No healthy engine replica is available; retry shortly.")
-        policy, key = self._settings.policy, ctx.session_key
+        policy, key = self._settings.policy, ctx.key
         if policy == "round_robin" or key is None:
             self._next += 1
-            return self._chosen(ctx, usable[self._next % len(usable)], "unpinned", None, now)
+            replica = usable[self._next % len(usable)]
+            return self._chosen(ctx, replica, "unpinned", None, now, ctx.kind or MAIN)
         if policy == "consistent_hash":
-            return self._chosen(ctx, ranked(key, usable)[0], "unpinned", None, now)
+            replica = ranked(ctx.session_key or key, usable)[0]
+            return self._chosen(ctx, replica, "unpinned", None, now, ctx.kind or MAIN)
         pin = self.pins.get(key, now)
         if pin is None:
-            return self._place(ctx, key, usable, "new", now)
+            return self._new_lineage(ctx, key, usable, now)
         pinned = self._by_name.get(pin.replica)
         if pinned is None or pinned not in usable:
-            return self._place(ctx, key, usable, "failover", now)
+            return self._place(ctx, key, usable, pin.kind, now)
         if self._settings.spill:
             target = self._spill_target(ctx, key, pinned, usable)
             if target is not None:
@@ -120,19 +150,125 @@ class AffinityPicker:
                     target.name,
                     self._budgets(usable),
                 )
-                self.pins.put(key, target.name, now, leaves_checkpoint=True)
+                kind = pin.kind
+                self.pins.put(key, target.name, now, leaves_checkpoint=True, kind=kind)
                 # Pending too: its prompt is what the next turn's verification expects there.
-                return self._chosen(ctx, target, "spill", _Pending(key, "spill", 0), now)
+                pending = _Pending(key, "spill", 0, kind)
+                return self._chosen(ctx, target, "spill", pending, now, kind)
         interval = capacity.track_interval(pinned, self._settings)
         expected = pin.last_prompt_tokens // interval * interval
-        return self._chosen(ctx, pinned, "pinned", _Pending(key, "pinned", expected), now)
+        reset = _adds_image(pin.images, ctx.images)
+        pending = _Pending(key, "pinned", expected, pin.kind, reset)
+        return self._chosen(ctx, pinned, "pinned", pending, now, pin.kind)
 
     def _place(
-        self, ctx: RequestContext, key: str, usable: list[Replica], affinity: str, now: float
+        self, ctx: RequestContext, key: str, usable: list[Replica], kind: str, now: float
     ) -> AffinityPick:
-        target = self._placement(key, usable, affinity)
-        self.pins.put(key, target.name, now)
-        return self._chosen(ctx, target, affinity, _Pending(key, affinity, 0), now)
+        """Failover: the lineage's next rendezvous choice with room."""
+        target = self._placement(key, usable, "failover")
+        self.pins.put(key, target.name, now, kind=kind)
+        pending = _Pending(key, "failover", 0, kind)
+        return self._chosen(ctx, target, "failover", pending, now, kind)
+
+    def _new_lineage(
+        self, ctx: RequestContext, key: str, usable: list[Replica], now: float
+    ) -> AffinityPick:
+        """A conversation this gateway has not pinned: its session's bookkeeping, then its
+        placement (where its head is, else with its session, else its rendezvous choice)."""
+        session: SessionInfo | None = None
+        kind = ctx.kind or MAIN
+        if ctx.session_key is not None and ctx.lineage is not None:
+            session = self.sessions.touch(ctx.session_key, now)
+            kind = ctx.kind or self._undeclared_kind(ctx, session, now)
+            if kind == MAIN:
+                self._main_changes(ctx, key, session)
+        target, affinity, expected = self._new_target(ctx, key, kind, usable, session, now)
+        self.pins.put(key, target.name, now, kind=kind)
+        if session is not None:
+            session.replica = target.name
+        pending = _Pending(key, affinity, expected, kind)
+        return self._chosen(ctx, target, affinity, pending, now, kind)
+
+    def _undeclared_kind(self, ctx: RequestContext, session: SessionInfo, now: float) -> str:
+        """A conversation with tools is a main one; one without is a side request (a title, a
+        summary) when its session has a live main conversation, else the session's main one
+        (a chat without tools)."""
+        if ctx.tools:
+            return MAIN
+        main = self.pins.peek(session.main) if session.main is not None else None
+        return SIDE if main is not None and now - main.last_used < self.pins.idle_ttl_s else MAIN
+
+    def _main_changes(self, ctx: RequestContext, key: str, session: SessionInfo) -> None:
+        """A new main lineage with the same head as the session's live one is the conversation
+        restarted (compaction, /clear, an edited first message): the old one will not be asked
+        for again, so it stops holding budget. So does any when the client says it compacted,
+        and a tool-less one that came first when one with tools arrives (it was a side
+        request: opencode may send its title request before its first agent turn)."""
+        old = session.main
+        if old is not None and old != key:
+            why = (
+                "compacted"
+                if ctx.compacted
+                else "new root, same head"
+                if session.main_head == ctx.head
+                else "a side request"
+                if ctx.tools and not session.main_tools
+                else None
+            )
+            pin = self.pins.retire(old) if why is not None else None
+            if pin is not None:
+                log.info(
+                    "retired lineage %s of session %s on %s (%s)",
+                    old[:12],
+                    (ctx.session_key or "")[:12],
+                    pin.replica,
+                    why,
+                )
+        session.main, session.main_head, session.main_tools = key, ctx.head, ctx.tools
+
+    def _new_target(
+        self,
+        ctx: RequestContext,
+        key: str,
+        kind: str,
+        usable: list[Replica],
+        session: SessionInfo | None,
+        now: float,
+    ) -> tuple[Replica, str, int]:
+        if ctx.head is not None and ctx.head_tokens:
+            held = self.heads.replicas(ctx.head, now)
+            # In the lineage's own rendezvous order: every session of a project has the same
+            # head, and one order for all would fill the same replica first every time.
+            for replica in ranked(key, usable) if held else ():
+                if replica.name in held and self._fits(replica, usable, kind, extra=1):
+                    interval = capacity.track_interval(replica, self._settings)
+                    expected = ctx.head_tokens // interval * interval
+                    return replica, "head" if expected else "new", expected
+        if session is not None and session.replica is not None:
+            together = self._by_name.get(session.replica)
+            if together is not None and together in usable and self._fits(together, usable, kind):
+                return together, "new", 0
+        return self._placement(key, usable, "new"), "new", 0
+
+    def _fits(self, replica: Replica, usable: list[Replica], kind: str, extra: int = 0) -> bool:
+        """Whether a new lineage may join `replica` rather than its rendezvous choice: a side
+        request's checkpoint is charged only while younger than the pinned ones (pins.py), so
+        anywhere usable; a lineage that comes back needs room and the bounded-load share.
+        `extra`: lineages past the share allowed for a head's checkpoint, which saves the new
+        lineage a head's prefill (~22 s at 30k): without it, the first few sessions of a
+        project could never share one (the bound is strict while sessions are few)."""
+        if kind == SIDE:
+            return True
+        return self._has_room(replica) and (
+            len(usable) == 1 or self._within_share(replica, usable, extra)
+        )
+
+    def _within_share(self, replica: Replica, usable: list[Replica], extra: int = 0) -> bool:
+        budgets = {r.name: capacity.session_budget(r, self._settings) for r in usable}
+        sessions = sum(self.pins.charged(r.name) for r in usable) + 1
+        share = sessions * budgets[replica.name] / sum(budgets.values())
+        bound = math.ceil(share * (1 + self._settings.balance_slack)) + extra
+        return self.pins.charged(replica.name) + 1 <= bound
 
     def _placement(self, key: str, usable: list[Replica], affinity: str) -> Replica:
         # One replica (one GPU: the usual appliance) leaves nothing to rank or balance.
@@ -161,13 +297,8 @@ class AffinityPicker:
         within (1 + routing.balance_slack) of its share of the pool's budget. A replica that
         the hash favours while sessions arrive would otherwise queue their cold first turns
         (and so the next turns behind them) while the others idle."""
-        budgets = {r.name: capacity.session_budget(r, self._settings) for r in usable}
-        total_budget = sum(budgets.values())
-        sessions = sum(self.pins.charged(r.name) for r in usable) + 1
         for replica in roomy:
-            share = sessions * budgets[replica.name] / total_budget
-            bound = math.ceil(share * (1 + self._settings.balance_slack))
-            if self.pins.charged(replica.name) + 1 <= bound:
+            if self._within_share(replica, usable):
                 return replica
         return min(roomy, key=self._fill)
 
@@ -214,12 +345,13 @@ class AffinityPicker:
         affinity: str,
         pending: _Pending | None,
         now: float,
+        kind: str,
     ) -> AffinityPick:
         replica.breaker.on_pick(now)
         if pending is not None:
             self._pending[ctx.request_id] = pending
-        if affinity != "pinned":
-            self._count(affinity)
+        if affinity not in ("pinned", "head"):
+            self._count(affinity, kind)
         return AffinityPick(replica, affinity)
 
     # -- report ----------------------------------------------------------------------------
@@ -247,16 +379,22 @@ class AffinityPicker:
         if pending is None:
             return
         ok = outcome is Outcome.OK and prompt_tokens > 0
-        if pending.affinity == "pinned" and outcome is not Outcome.CONNECT_FAILED:
+        kind = pending.kind
+        if pending.affinity in ("pinned", "head") and outcome is not Outcome.CONNECT_FAILED:
+            head = pending.affinity == "head"
             if not ok:
-                self._count("unverified")
+                self._count("unverified", kind)
+            elif pending.media_reset:
+                self._count("media_reset", kind)
             elif cached_tokens >= pending.expected_cached:
-                self._count("hit")
+                self._count("head_hit" if head else "hit", kind)
             else:
-                self._count("verified_miss")
+                self._count("head_miss" if head else "verified_miss", kind)
                 log.info(
-                    "verified miss on %s: session %s cached %d of the %d promised",
+                    "%s on %s: %s lineage %s cached %d of the %d promised",
+                    "head miss" if head else "verified miss",
                     replica.name,
+                    kind,
                     pending.key[:12],
                     cached_tokens,
                     pending.expected_cached,
@@ -264,7 +402,20 @@ class AffinityPicker:
         pin = self.pins.peek(pending.key)
         if ok and pin is not None and pin.replica == replica.name:
             pin.last_prompt_tokens = prompt_tokens
+            pin.images = ctx.images
+        if ok and ctx.head is not None and ctx.head_tokens and prompt_tokens > ctx.head_tokens:
+            # The engine saved the head's checkpoint there, or restored (and so touched) it.
+            self.heads.put(ctx.head, replica.name, now)
+            self.pins.leave(replica.name, "head:" + ctx.head, now)
 
     def forget(self, ctx: RequestContext) -> None:
         """Drop what pick noted for a request that never reached the engine."""
         self._pending.pop(ctx.request_id, None)
+
+
+def _adds_image(before: tuple[str, ...], now: tuple[str, ...]) -> bool:
+    """At least one new image while at least one earlier image remains (MEDIA.md 7.6)."""
+    if not now or not before:
+        return False
+    earlier = set(before)
+    return any(d not in earlier for d in now) and any(d in earlier for d in now)

@@ -8,6 +8,7 @@ from gateway.observability.metrics import Metrics
 from gateway.routing.affinity import OUTCOMES, AffinityPicker
 from gateway.routing.discovery import ReplicaSource, StaticReplicas
 from gateway.routing.health import HealthProber
+from gateway.routing.lineage import KINDS
 from gateway.routing.replica import Replica
 from gateway.settings import Settings
 
@@ -22,9 +23,12 @@ def build_routing(
     replicas = source.initial()
     metrics.register_replicas(replica.name for replica in replicas)
     for outcome in OUTCOMES:
-        metrics.affinity.labels(outcome=outcome)
+        for kind in KINDS:
+            metrics.affinity.labels(outcome=outcome, lineage=kind)
     picker = AffinityPicker(
-        replicas, settings.routing, lambda outcome: metrics.child(metrics.affinity, outcome).inc()
+        replicas,
+        settings.routing,
+        lambda outcome, kind: metrics.child(metrics.affinity, outcome, kind).inc(),
     )
 
     def replica_changed(replica: Replica) -> None:

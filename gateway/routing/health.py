@@ -50,7 +50,8 @@ class HealthProber:
         self.on_info: Callable[[], None] | None = None
 
     async def probe_all(self) -> None:
-        await asyncio.gather(*(self._probe(replica) for replica in self._replicas))
+        # A replica that left discovery is not probed: it must not come back up by itself.
+        await asyncio.gather(*(self._probe(r) for r in self._replicas if not r.gone))
 
     async def _probe(self, replica: Replica) -> None:
         refused = busy = False
@@ -66,6 +67,9 @@ class HealthProber:
             ok, busy = False, True
         except httpx.HTTPError:
             ok = False
+        if replica.gone:
+            # It left discovery while the probe was out (discovery marked it down already).
+            return
         if busy and replica.in_flight > 0:
             if self._within_grace(replica):
                 return

@@ -1,15 +1,17 @@
-"""The pin table: hashed session key -> replica name, bounded in size and idle time.
+"""The pin table: hashed lineage key -> replica name, bounded in size and idle time.
 
 An OrderedDict kept in last-use order gives O(1) lookup, touch and eviction: the least recently
 used pin is always at the head, so expired pins are swept from there and the table never grows
-past `max_size` (the oldest pin goes first). Per-replica counts of live pins are kept alongside,
-for the capacity budget.
+past `max_size` (the oldest pin goes first). Per-replica counts of live durable pins (main and
+subagent lineages: they come back) are kept alongside, for the capacity budget.
 
-A session that spills leaves its latest checkpoint behind in the pool it left, and under LRU that
-checkpoint outlives the older ones of sessions still pinned there: it takes a budget slot as
-surely as a live session does. So the replica it left stays charged for it (`charged`) until
-every session pinned there has started a turn since the move; from then on the stale checkpoint
-is the least recently used one and goes first.
+Some checkpoints are not expected back but still sit in the pool: a lineage that spilled left
+its latest one behind; a side request (a title, a summary) leaves one; a retired lineage
+(compacted, or replaced by a new root) leaves its last one; a prompt head's checkpoint ages like
+a leaf. Under LRU such a checkpoint outlives the older ones of lineages still pinned there, so it
+takes a budget slot as surely as a live lineage does. The replica stays charged for it
+(`charged`) until every durable lineage pinned there has started a turn since; from then on it
+is the least recently used entry and goes first.
 """
 
 from __future__ import annotations
@@ -22,8 +24,17 @@ from dataclasses import dataclass
 class Pin:
     replica: str
     last_used: float
-    # Prompt tokens of this session's last successful turn on `replica` (0: none yet).
+    # Prompt tokens of this lineage's last successful turn on `replica` (0: none yet).
     last_prompt_tokens: int = 0
+    # main, subagent or side (gateway.routing.lineage).
+    kind: str = "main"
+    # Digests of the images of the last turn (a turn that adds one resets the cache).
+    images: tuple[str, ...] = ()
+
+    @property
+    def durable(self) -> bool:
+        """Main and subagent lineages come back; a side request usually does not."""
+        return self.kind != "side"
 
 
 class PinTable:
@@ -42,18 +53,35 @@ class PinTable:
         return self._counts.get(replica, 0)
 
     def charged(self, replica: str) -> int:
-        """Sessions whose checkpoints take `replica`'s budget: its live pins plus the sessions
-        that spilled away while pinned sessions older than the move remain."""
+        """Checkpoints that take `replica`'s budget: its live durable pins plus those left
+        behind (spills, side requests, retired lineages, heads) while durable pins older than
+        them remain."""
         left = self._left.get(replica)
         if not left:
             return self.live(replica)
-        oldest = next((p.last_used for p in self._pins.values() if p.replica == replica), None)
+        oldest = next(
+            (p.last_used for p in self._pins.values() if p.replica == replica and p.durable),
+            None,
+        )
         for key, moved_at in list(left.items()):
             if oldest is None or oldest > moved_at:
                 del left[key]
         if not left:
             del self._left[replica]
         return self.live(replica) + len(left)
+
+    def leave(self, replica: str, ident: str, when: float) -> None:
+        """A checkpoint on `replica` that no live pin stands for (see the module docstring)."""
+        self._left.setdefault(replica, {})[ident] = when
+
+    def retire(self, key: str) -> Pin | None:
+        """A lineage that will not come back: its pin goes, its checkpoint stays charged."""
+        pin = self._pins.pop(key, None)
+        if pin is not None:
+            if pin.durable:
+                self._count(pin.replica, -1)
+            self.leave(pin.replica, key, pin.last_used)
+        return pin
 
     def get(self, key: str, now: float) -> Pin | None:
         """The live pin for `key`, touched; None when there is none or it expired."""
@@ -63,29 +91,45 @@ class PinTable:
             return None
         pin.last_used = now
         self._pins.move_to_end(key)
+        if not pin.durable:
+            self.leave(pin.replica, key, now)
         return pin
 
     def peek(self, key: str) -> Pin | None:
         return self._pins.get(key)
 
-    def put(self, key: str, replica: str, now: float, *, leaves_checkpoint: bool = False) -> Pin:
+    def put(
+        self,
+        key: str,
+        replica: str,
+        now: float,
+        *,
+        leaves_checkpoint: bool = False,
+        kind: str = "main",
+    ) -> Pin:
         """Pin `key` to `replica` (a new pin, or a moved one that starts over). With
         `leaves_checkpoint` (a spill from a replica that is up), the replica it leaves stays
-        charged for the session's checkpoint there (see `charged`)."""
+        charged for the lineage's checkpoint there (see `charged`). A side lineage is charged
+        only as a left-behind checkpoint."""
         old = self._pins.pop(key, None)
         if old is not None:
-            self._count(old.replica, -1)
+            if old.durable:
+                self._count(old.replica, -1)
             if leaves_checkpoint and old.replica != replica:
-                self._left.setdefault(old.replica, {})[key] = now
+                self.leave(old.replica, key, now)
         left_here = self._left.get(replica)
         if left_here is not None and left_here.pop(key, None) is not None and not left_here:
             del self._left[replica]  # back where its checkpoint is: a live pin again
-        pin = Pin(replica=replica, last_used=now)
+        pin = Pin(replica=replica, last_used=now, kind=kind)
         self._pins[key] = pin
-        self._count(replica, +1)
+        if pin.durable:
+            self._count(replica, +1)
+        else:
+            self.leave(replica, key, now)
         while len(self._pins) > self.max_size:
             _, evicted = self._pins.popitem(last=False)
-            self._count(evicted.replica, -1)
+            if evicted.durable:
+                self._count(evicted.replica, -1)
         return pin
 
     def sweep(self, now: float) -> None:
@@ -94,7 +138,8 @@ class PinTable:
             if now - pin.last_used < self.idle_ttl_s:
                 return
             del self._pins[key]
-            self._count(pin.replica, -1)
+            if pin.durable:
+                self._count(pin.replica, -1)
 
     def _count(self, replica: str, delta: int) -> None:
         count = self._counts.get(replica, 0) + delta

@@ -16,6 +16,9 @@ class Replica:
     in_flight: int = 0
     # Set by POST /admin/replicas/{name}/drain: no new work; its sessions move on their next turn.
     draining: bool = False
+    # Set by DNS discovery when the replica's address left the answer: not probed, so it stays
+    # unhealthy and its sessions fail over; cleared if the address comes back.
+    gone: bool = False
     # What the engine's /server_info reported (None: not yet, or it reports nothing).
     checkpoint_slots: int | None = None
     track_interval: int | None = None
@@ -47,3 +50,24 @@ class RequestContext:
     request_id: str
     session_key: str | None
     prompt: str = field(repr=False)
+    # The conversation within the session (gateway.routing.session_key.lineage_key); None:
+    # the session is one conversation.
+    lineage: str | None = None
+    # main, subagent or side when the client says (gateway.routing.lineage.declared_kind);
+    # None: the picker decides, from `tools` and the session's other lineages.
+    kind: str | None = None
+    tools: bool = True
+    # Digest of the rendered prompt's head (system prompt and tools, up to the first user turn),
+    # and its tokens when the engine was asked to checkpoint it (0: not asked).
+    head: str | None = None
+    head_tokens: int = 0
+    # The client compacted the conversation: the session's previous main lineage is over.
+    compacted: bool = False
+    # Digests of the request's images in prompt order, and what they add to the text's tokens.
+    images: tuple[str, ...] = ()
+    image_tokens: int = 0
+
+    @property
+    def key(self) -> str | None:
+        """What a pin is kept under: the lineage, else the session."""
+        return self.lineage or self.session_key

@@ -235,18 +235,44 @@ def _traffic() -> list[PanelBuilder]:
     ]
 
 
+HIT = 'outcome="hit"'
+PINNED = 'outcome=~"hit|verified_miss"'
+HEAD_HIT = 'outcome="head_hit"'
+HEAD_PLACED = 'outcome=~"head_hit|head_miss"'
+
+
 def _routing() -> list[PanelBuilder]:
     misses = _rate("flashbox_affinity_total", matchers='outcome="verified_miss"')
     pinned = _rate("flashbox_affinity_total", matchers='outcome=~"hit|verified_miss"')
     return [
         graph(
             "Affinity outcomes",
-            "Routing decisions per second: hit (back to the replica holding the session's "
-            "checkpoint), new, spill, failover, verified_miss (the engine did not hit what the "
-            "pin promised).",
+            "Routing decisions per second: hit (back to the replica holding the lineage's "
+            "checkpoint), new, head_hit / head_miss (a new conversation placed where its "
+            "prompt head's checkpoint is), media_reset (a turn that added an image), spill, "
+            "failover, verified_miss (the engine did not hit what the pin promised).",
             OPS,
             [Query(_rate("flashbox_affinity_total", by="outcome"), "{{outcome}}")],
             stacked=True,
+        ),
+        graph(
+            "Checkpoint hits by conversation kind",
+            "Share of pinned turns that hit their checkpoint, per lineage kind: main "
+            "conversations, subagents, side requests (titles, summaries); and the share of new "
+            "conversations that restored their prompt head's checkpoint.",
+            RATIO,
+            [
+                Query(
+                    f"{_rate('flashbox_affinity_total', by='lineage', matchers=HIT)}"
+                    f" / {_rate('flashbox_affinity_total', by='lineage', matchers=PINNED)}",
+                    "{{lineage}}",
+                ),
+                Query(
+                    f"{_rate('flashbox_affinity_total', matchers=HEAD_HIT)}"
+                    f" / {_rate('flashbox_affinity_total', matchers=HEAD_PLACED)}",
+                    "prompt heads",
+                ),
+            ],
         ),
         graph(
             "Checkpoint and prefix-cache outcomes",

@@ -69,7 +69,7 @@ async def test_metrics_after_a_request(client: httpx.AsyncClient) -> None:
     assert 'flashbox_ttft_stage_seconds_count{stage="first_reasoning_token"} 1.0' in text
     assert 'flashbox_replica_up{replica="engine-a:30000"} 1.0' in text
     assert "flashbox_requests_in_flight 0.0" in text
-    assert 'flashbox_affinity_total{outcome="new"} 1.0' in text
+    assert 'flashbox_affinity_total{lineage="main",outcome="new"} 1.0' in text
 
 
 async def test_metrics_are_per_app(engine: FakeEngine) -> None:

@@ -103,6 +103,7 @@ class LoadResult:
     admission_rejected: int = 0
     invalid_rejected: int = 0
     engine_failed: int = 0
+    head_reuses: int = 0
     tool_calls_offered: int = 0
     images_sent: int = 0
 
@@ -175,14 +176,18 @@ async def _turn(
     return first, "".join(parts)
 
 
-async def _session(
-    client: openai.AsyncOpenAI, model: str, index: int, load: Load, out: LoadResult
-) -> None:
+def _first_messages(index: int, load: Load) -> list[ChatCompletionMessageParam]:
     system = " ".join(f"rule{n}" for n in range(load.system_words + index * 40))
-    messages: list[ChatCompletionMessageParam] = [
+    return [
         {"role": "system", "content": system},
         {"role": "user", "content": f"Session {index}: summarise the rules."},
     ]
+
+
+async def _session(
+    client: openai.AsyncOpenAI, model: str, index: int, load: Load, out: LoadResult
+) -> None:
+    messages = _first_messages(index, load)
     for turn in range(load.turns):
         call = functools.partial(_turn, client, model, messages, f"monitoring-{index}", load)
         ttft, text = await _admitted(call, out)
@@ -295,6 +300,14 @@ async def _drive(base_url: str, load: Load) -> LoadResult:
         await asyncio.gather(
             *(_session(client, model, i, load, out) for i in range(load.sessions)), *extra
         )
+        if load.misbehave:
+            # A new session with session 0's system prompt: placed where that prompt head's
+            # checkpoint is (with routing.min_head_tokens below the prompt's size).
+            reuse = functools.partial(
+                _turn, client, model, _first_messages(0, load), "monitoring-head", load
+            )
+            await _admitted(reuse, out)
+            out.head_reuses += 1
     return out
 
 

@@ -50,6 +50,9 @@ GATEWAY_ENV = {
     "FLASHBOX_ADMISSION__MAX_QUEUE": "0",
     # Lets a request ask the simulator for a fault or a given tool call (custom_params.sim).
     "FLASHBOX_UPSTREAM__FORWARD_CUSTOM_PARAMS": "true",
+    # The load's sessions share a short system prompt: counted as a prompt head, so new
+    # sessions are placed where its checkpoint is and the head panels have data.
+    "FLASHBOX_ROUTING__MIN_HEAD_TOKENS": "16",
 }
 HEADING = (
     f"flashbox dashboards during the monitoring test: simulated engine at x{TIME_SCALE:g} time "
@@ -144,6 +147,7 @@ def test_the_load_went_through(run: Run) -> None:
     assert run.load.admission_rejected >= 1
     assert run.load.tool_calls_offered == 1
     assert run.load.images_sent == 1
+    assert run.load.head_reuses == 1
 
 
 def _empty_selectors_unexplained(run: Run, expr: str, exported: set[str]) -> list[str]:

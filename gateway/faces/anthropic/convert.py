@@ -69,6 +69,8 @@ class Headers:
         b"x-session-id",
         b"x-claude-code-session-id",
         b"x-claude-code-agent-id",
+        b"x-claude-code-request-class",
+        b"x-claude-code-context-compacted",
     )
 
     def __init__(self, scope_headers: Sequence[tuple[bytes, bytes]]) -> None:
@@ -361,8 +363,13 @@ def session_hints(request: MessagesRequest, headers: Headers) -> SessionHints:
     body: Mapping[str, Any] = (
         {"metadata": request.metadata.model_dump()} if request.metadata else {}
     )
+    compacted = (headers.get(b"x-claude-code-context-compacted") or "").strip().lower()
     return SessionHints(
-        header=header, body=body, conversation=headers.get(b"x-claude-code-agent-id")
+        header=header,
+        body=body,
+        conversation=headers.get(b"x-claude-code-agent-id"),
+        request_class=headers.get(b"x-claude-code-request-class"),
+        compacted=compacted not in ("", "0", "false", "no"),
     )
 
 

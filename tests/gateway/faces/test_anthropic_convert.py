@@ -13,7 +13,7 @@ from gateway.core.answer import Finish, Usage
 from gateway.core.images import ImageSlots
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.request import CoreRequest
-from gateway.core.retry import request_session_key
+from gateway.core.retry import request_session_key, route_context
 from gateway.errors import InvalidRequestError
 from gateway.faces.anthropic.convert import (
     Headers,
@@ -27,6 +27,7 @@ from gateway.faces.anthropic.convert import (
 from gateway.faces.anthropic.encode import MessageCollector, MessageStream
 from gateway.faces.anthropic.protocol import MessagesRequest
 from gateway.parsers.registry import get_parser_factory
+from gateway.routing import RequestContext
 from gateway.settings import Settings
 from tests.gateway.parsers.support import render_call
 from tests.support.anthropic_events import check_stream, parse_sse
@@ -597,18 +598,40 @@ def test_session_header(headers: dict[str, str], user_id: str | None, expected: 
     assert core_of(headers, **fields).session.header == expected
 
 
-def test_a_subagent_is_kept_apart_from_its_session() -> None:
+def _route(core: CoreRequest) -> RequestContext:
+    return route_context(core, SETTINGS, "rid", "prompt", "head", 0, [], 0)
+
+
+def test_a_subagent_is_its_own_lineage_of_its_session() -> None:
     main = core_of({"x-claude-code-session-id": "cc-1"})
     agent = core_of({"x-claude-code-session-id": "cc-1", "x-claude-code-agent-id": "agent-7"})
     other = core_of({"x-claude-code-session-id": "cc-1", "x-claude-code-agent-id": "agent-8"})
     assert agent.session.conversation == "agent-7"
     assert main.session.conversation is None
-    keys = {request_session_key(c, SETTINGS.routing) for c in (main, agent, other)}
-    assert len(keys) == 3
+    routes = [_route(c) for c in (main, agent, other)]
+    # One session, three conversations: each keeps its own pin and checkpoint.
+    assert len({r.session_key for r in routes}) == 1
+    assert len({r.lineage for r in routes}) == 3
+    assert [r.kind for r in routes] == [None, "subagent", "subagent"]
     again = core_of({"x-claude-code-session-id": "cc-1", "x-claude-code-agent-id": "agent-7"})
-    assert request_session_key(again, SETTINGS.routing) == request_session_key(
-        agent, SETTINGS.routing
+    assert _route(again).lineage == routes[1].lineage
+
+
+@pytest.mark.parametrize(
+    ("request_class", "kind"),
+    [("main", "main"), ("auxiliary", "side"), ("subagent", "subagent"), ("compaction", "main")],
+)
+def test_claude_codes_request_class_names_the_kind(request_class: str, kind: str) -> None:
+    core = core_of(
+        {"x-claude-code-session-id": "cc-1", "x-claude-code-request-class": request_class}
     )
+    assert _route(core).kind == kind
+
+
+@pytest.mark.parametrize(("value", "compacted"), [("true", True), ("1", True), ("false", False)])
+def test_the_compaction_hint_reaches_routing(value: str, compacted: bool) -> None:
+    core = core_of({"x-claude-code-session-id": "cc-1", "x-claude-code-context-compacted": value})
+    assert _route(core).compacted is compacted
 
 
 def test_the_same_session_key_on_every_turn() -> None:

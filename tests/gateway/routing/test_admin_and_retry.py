@@ -70,7 +70,7 @@ async def test_engine_503_5xx_and_refusal_are_retried_on_the_other_replica() -> 
             assert len(engine.generates) == 1
             text = (await client.get("/metrics")).text
             assert metric(text, "flashbox_retries_total 1.0")
-            assert metric(text, 'flashbox_affinity_total{outcome="failover"} 1.0')
+            assert metric(text, 'flashbox_affinity_total{lineage="main",outcome="failover"} 1.0')
 
 
 async def test_a_client_error_is_not_retried() -> None:

@@ -33,7 +33,7 @@ def make(
     picker = AffinityPicker(
         replicas,
         RoutingSettings.model_validate(settings),
-        lambda outcome: counts.update([outcome]),
+        lambda outcome, kind: counts.update([outcome]),
         clock,
     )
     return picker, replicas, counts, clock

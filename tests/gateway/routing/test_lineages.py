@@ -1,0 +1,200 @@
+"""Sessions that hold several conversations: lineages, side requests, compaction, prompt heads,
+and turns that add an image (gateway.routing.affinity with gateway.routing.lineage)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from gateway.routing import AffinityPicker, Outcome, Replica, RequestContext
+from gateway.routing.rendezvous import ranked
+from gateway.settings import RoutingSettings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Rig:
+    def __init__(self, n: int = 3, **settings: object) -> None:
+        self.replicas = [Replica.from_url(f"http://r{i}:1") for i in range(n)]
+        for replica in self.replicas:
+            replica.healthy = True
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.clock = Clock()
+        self.picker = AffinityPicker(
+            self.replicas,
+            RoutingSettings.model_validate(settings),
+            lambda outcome, kind: self.counts.update([(outcome, kind)]),
+            self.clock,
+        )
+        self._rid = 0
+
+    def ctx(self, session: str, lineage: str, **fields: object) -> RequestContext:
+        self._rid += 1
+        return RequestContext(f"rid-{self._rid}", session, "p", lineage=lineage, **fields)  # type: ignore[arg-type]
+
+    def turn(
+        self, session: str, lineage: str, prompt_tokens: int, cached: int, **fields: object
+    ) -> Replica:
+        c = self.ctx(session, lineage, **fields)
+        replica = self.picker.pick(c).replica
+        self.picker.report(
+            c, replica, Outcome.OK, prompt_tokens=prompt_tokens, cached_tokens=cached
+        )
+        self.clock.now += 1
+        return replica
+
+    def outcomes(self) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for (outcome, _), n in self.counts.items():
+            out[outcome] += n
+        return dict(out)
+
+
+def test_a_title_request_is_a_side_lineage_not_a_miss_of_the_agent() -> None:
+    """opencode sends its title request (another system prompt, no tools) under the session id
+    of its agent turns; the agent's turns are verified against their own previous prompt."""
+    rig = Rig()
+    main = rig.turn("oc", "agent", 20_000, 0, head="agent-head")
+    rig.turn("oc", "title", 600, 0, head="title-head", tools=False)
+    assert rig.turn("oc", "agent", 21_000, 19_968, head="agent-head") is main
+    assert rig.counts == {("new", "main"): 1, ("new", "side"): 1, ("hit", "main"): 1}
+
+
+def test_a_title_request_that_comes_first_stops_holding_budget_when_the_agent_starts() -> None:
+    rig = Rig(n=1)
+    replica = rig.replicas[0]
+    rig.turn("oc", "title", 600, 0, head="title-head", tools=False)
+    rig.turn("oc", "agent", 20_000, 0, head="agent-head")
+    # The tool-less conversation that came first was a side request: retired, not a live lineage.
+    assert rig.picker.pins.live(replica.name) == 1
+    assert rig.picker.pins.peek("title") is None
+    assert rig.turn("oc", "agent", 21_000, 19_968, head="agent-head") is replica
+    assert rig.outcomes() == {"new": 2, "hit": 1}
+
+
+def test_side_requests_between_turns_never_turn_into_misses() -> None:
+    rig = Rig()
+    previous = 30_000
+    rig.turn("cc", "main", previous, 0, head="h")
+    for turn in range(2, 6):
+        rig.turn("cc", f"side-{turn}", 800, 0, head="summary", tools=False)
+        rig.turn("cc", "main", previous + 1000, previous // 256 * 256, head="h")
+        previous += 1000
+    assert rig.counts[("verified_miss", "main")] == 0
+    assert rig.counts[("hit", "main")] == 4
+    assert rig.counts[("new", "side")] == 4
+
+
+def test_parallel_subagents_each_hit_their_own_checkpoint() -> None:
+    rig = Rig()
+    rig.turn("cc", "main", 30_000, 0, head="h")
+    agents = [f"agent-{i}" for i in range(4)]
+    first = {}
+    # Four subagents at once: every first turn is picked before any of them ends.
+    contexts = [rig.ctx("cc", a, kind="subagent", head=f"sub-{a}") for a in agents]
+    picks = [rig.picker.pick(c).replica for c in contexts]
+    for c, replica, a in zip(contexts, picks, agents, strict=True):
+        rig.picker.report(c, replica, Outcome.OK, prompt_tokens=12_000, cached_tokens=0)
+        first[a] = replica
+    for a in agents:
+        assert rig.turn("cc", a, 14_000, 11_776, kind="subagent", head=f"sub-{a}") is first[a]
+    assert rig.counts[("new", "subagent")] == 4
+    assert rig.counts[("hit", "subagent")] == 4
+    assert rig.counts[("verified_miss", "subagent")] == 0
+    # Each subagent is a live lineage of its own: the budget counts five conversations.
+    assert sum(rig.picker.pins.live(r.name) for r in rig.replicas) == 5
+
+
+def test_compaction_frees_the_old_lineage() -> None:
+    rig = Rig(n=1)
+    replica = rig.replicas[0]
+    rig.turn("cc", "before", 90_000, 0, head="h")
+    rig.turn("cc2", "other", 20_000, 0, head="h2")  # another session's main conversation
+    assert rig.picker.pins.live(replica.name) == 2
+    # The conversation restarts from a summary: a new root with the same head.
+    rig.turn("cc", "after", 8_000, 0, head="h")
+    assert rig.picker.pins.peek("before") is None
+    assert rig.picker.pins.live(replica.name) == 2
+    # Its old checkpoint is charged only until every live lineage there has moved on since.
+    rig.turn("cc2", "other", 21_000, 19_968, head="h2")
+    rig.turn("cc", "after", 9_000, 7_936, head="h")
+    assert rig.picker.pins.charged(replica.name) == 2
+
+
+def test_the_compaction_header_retires_the_main_lineage_whatever_its_head() -> None:
+    rig = Rig(n=1)
+    rig.turn("cc", "before", 90_000, 0, head="h")
+    rig.turn("cc", "after", 8_000, 0, head="summary-head", compacted=True)
+    assert rig.picker.pins.peek("before") is None
+
+
+def test_a_new_main_lineage_with_another_head_keeps_the_first() -> None:
+    """opencode's plan and build agents: two main conversations of one session."""
+    rig = Rig(n=1)
+    rig.turn("oc", "plan", 20_000, 0, head="plan-head")
+    rig.turn("oc", "build", 20_000, 0, head="build-head")
+    assert rig.picker.pins.peek("plan") is not None
+    assert rig.picker.pins.live(rig.replicas[0].name) == 2
+
+
+def _head_turn(rig: Rig, session: str, head: dict[str, object]) -> tuple[Replica, str]:
+    """A new session's first turn; the engine restores the head where it was saved."""
+    c = rig.ctx(session, f"{session}-main", **head)
+    pick = rig.picker.pick(c)
+    cached = 29_952 if pick.affinity == "head" else 0
+    rig.picker.report(c, pick.replica, Outcome.OK, prompt_tokens=33_000, cached_tokens=cached)
+    rig.clock.now += 1
+    return pick.replica, pick.affinity
+
+
+def test_a_new_session_goes_where_its_head_checkpoint_is() -> None:
+    rig = Rig()
+    head = {"head": "cc-head", "head_tokens": 30_100}
+    first, _ = _head_turn(rig, "s1", head)
+    # A session whose own rendezvous choice is elsewhere still starts where the head is.
+    other = next(
+        f"s{i}" for i in range(2, 60) if ranked(f"s{i}-main", rig.replicas)[0] is not first
+    )
+    assert _head_turn(rig, other, head) == (first, "head")
+    assert rig.counts == {("new", "main"): 1, ("head_hit", "main"): 1}
+
+
+def test_a_head_checkpoint_the_engine_lost_is_a_head_miss() -> None:
+    rig = Rig()
+    head = {"head": "cc-head", "head_tokens": 30_100}
+    rig.turn("s1", "s1-main", 34_000, 0, **head)
+    rig.turn("s2", "s2-main", 33_000, 0, **head)
+    assert rig.counts[("head_miss", "main")] == 1
+
+
+def test_sessions_of_one_project_share_heads_and_stay_balanced() -> None:
+    """Every session of one project has the same head; they must not all pile onto the replica
+    that saw it first: past its share, the next choice takes them and saves the head there
+    too, after which every new session starts from a head checkpoint."""
+    rig = Rig(checkpoint_slots=64, max_running_requests=4)
+    head = {"head": "cc-head", "head_tokens": 30_100}
+    turns = [_head_turn(rig, f"s{i}", head) for i in range(60)]
+    placed = Counter(replica.name for replica, _ in turns)
+    # One cold head per replica; every other session restores one.
+    assert sum(1 for _, affinity in turns if affinity == "new") == 3
+    assert rig.counts[("head_hit", "main")] == 57
+    # Each replica near its share (20; the bound: 20 x 1.1, + 1 for a head, + its slot).
+    assert max(placed.values()) <= 24 and min(placed.values()) >= 16, placed
+
+
+def test_a_turn_that_adds_an_image_is_a_media_reset() -> None:
+    rig = Rig()
+    rig.turn("s", "l", 5_000, 0, images=("a",))
+    # The same image again: verified as usual.
+    rig.turn("s", "l", 6_000, 4_864, images=("a",))
+    # A second image while the first remains: the engine's image bundle changes (MEDIA.md 3.5).
+    rig.turn("s", "l", 8_000, 512, images=("a", "b"))
+    # An image in a conversation that had none: verified as usual.
+    rig.turn("s", "m", 5_000, 0)
+    rig.turn("s", "m", 6_000, 4_864, images=("c",))
+    assert rig.outcomes() == {"new": 2, "hit": 2, "media_reset": 1}
