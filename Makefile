@@ -4,8 +4,9 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Debian packages the tests use (Prometheus and promtool for the monitoring tests).
-DEBS := prometheus
+# Debian packages the tests use (Prometheus and promtool for the monitoring tests, redis-server
+# for the shared-state tests: it speaks the protocol Valkey speaks).
+DEBS := prometheus redis-server
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help

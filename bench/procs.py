@@ -1,4 +1,4 @@
-"""Start real processes on loopback for tests and benchmarks: simulator, gateway, ...
+"""Start real processes on loopback for tests and benchmarks: simulator, gateway, redis-server...
 
 Each process gets a free port, its output goes to a log file that the failure message
 quotes, and it is stopped (SIGTERM, then SIGKILL) when the test is done.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -143,3 +144,63 @@ def start_gateway(engines: Sequence[str], env: Mapping[str, str] | None = None) 
         **(env or {}),
     }
     return start_process("gateway", port=port, env=gw_env)
+
+
+@dataclass
+class RedisProc:
+    """A redis-server (the protocol Valkey speaks) on 127.0.0.1:port, nothing persisted."""
+
+    popen: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout)
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+def redis_server_binary() -> str | None:
+    """valkey-server or redis-server on PATH (Debian's redis-server package: Makefile DEBS)."""
+    return shutil.which("valkey-server") or shutil.which("redis-server")
+
+
+def start_redis(port: int | None = None, ready_timeout: float = 10.0) -> RedisProc:
+    """A fresh store on loopback; `port` to restart one where it was (its data is gone)."""
+    binary = redis_server_binary()
+    if binary is None:
+        raise RuntimeError("no valkey-server or redis-server (apt-get install redis-server)")
+    port = port or free_port()
+    log = Path(tempfile.mkstemp(prefix="redis-", suffix=".log")[1])
+    argv = [
+        binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+        "--protected-mode", "no", "--dir", tempfile.gettempdir(),
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    proc = RedisProc(popen=popen, port=port, log_path=log)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if popen.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {popen.returncode}:\n{proc.log()}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5) as s:
+            s.sendall(b"PING\r\n")
+            if s.recv(16).startswith(b"+PONG"):
+                return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"redis-server not answering after {ready_timeout}s:\n{proc.log()}")

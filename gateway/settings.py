@@ -159,6 +159,21 @@ class DiscoverySettings(_Section):
         return host.strip("[]"), int(port)
 
 
+class SharedStateSettings(_Section):
+    """The shared state store (docs/fleet.md): a Redis-protocol server (Valkey or Redis) named
+    by `state_url`, which every gateway of a fleet reads and writes. Its round trips are bounded
+    by `timeout_s` (a few milliseconds: the store is one hop on the same network); one that
+    fails or times out is counted in flashbox_state_errors_total, the gateway goes on with its
+    own local state, and asks the store again after `retry_s`."""
+
+    timeout_s: float = Field(default=0.005, gt=0)
+    connect_timeout_s: float = Field(default=0.25, gt=0)
+    retry_s: float = Field(default=1.0, gt=0)
+    # Every key the gateways write starts with this (several fleets may share one server).
+    key_prefix: str = "flashbox:"
+    max_connections: int = Field(default=64, gt=0)
+
+
 class RoutingSettings(_Section):
     """Replica choice: session affinity that keeps each session on the replica holding its
     recurrent-state checkpoint (docs/affinity.md has the placement rules and the cost model)."""
@@ -395,6 +410,10 @@ class Settings(BaseSettings):
         default_factory=lambda: ["http://127.0.0.1:30000"]
     )
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # redis://host:6379/0 (or rediss://): the state every gateway of a fleet shares (pins,
+    # budgets, prompt heads, the Responses store, rate limits). Unset: in-process state.
+    state_url: str | None = None
+    state: SharedStateSettings = Field(default_factory=SharedStateSettings)
     model: ModelSettings = Field(default_factory=ModelSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
@@ -414,6 +433,18 @@ class Settings(BaseSettings):
     media: MediaSettings = Field(default_factory=MediaSettings)
     # Passed as-is to gateway.render's own settings model (RenderSettings), which validates it.
     render: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("state_url", mode="before")
+    @classmethod
+    def _state_url(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return None  # FLASHBOX_STATE_URL="" in a template means "no shared store"
+        if isinstance(value, str) and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(
+                f"state_url {value!r} must be a redis://, rediss:// or unix:// URL "
+                "(Valkey and Redis both speak it)"
+            )
+        return value
 
     @field_validator("engines", "api_keys", mode="before")
     @classmethod

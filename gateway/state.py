@@ -27,6 +27,7 @@ from gateway.routing.build import build_routing
 from gateway.routing.discovery import DnsReplicas, StaticReplicas, resolver_for
 from gateway.routing.health import HealthProber
 from gateway.settings import Settings
+from gateway.shared_state import SharedStore
 from gateway.upstream import EngineClient
 
 log = logging.getLogger("gateway.state")
@@ -50,6 +51,8 @@ class AppState:
     head_tokens: HeadTokens
     # Engines found by DNS (discovery.dns_name); None: the static `engines` list.
     discovery: DnsReplicas | None = None
+    # The fleet's shared state store (state_url); None: in-process state only.
+    shared: SharedStore | None = None
     in_flight: int = 0
     # Fire-and-forget work (abort_request calls) kept referenced until done.
     background: set[asyncio.Task[bool]] = field(default_factory=set)
@@ -100,6 +103,11 @@ def build_state(
         picker=picker,
         prober=prober,
         discovery=discovery,
+        shared=(
+            None
+            if settings.state_url is None
+            else SharedStore(settings.state_url, settings.state, metrics)
+        ),
         renderer=load_renderer(settings.render),
         parser_factory=load_parser_factory(settings.model.family),
         constraint_builder=load_constraint_builder(settings.model.family),
@@ -157,6 +165,8 @@ async def start(state: AppState) -> None:
 async def stop(state: AppState) -> None:
     if state.discovery is not None:
         await state.discovery.stop()
+    if state.shared is not None:
+        await state.shared.close()
     await state.prober.stop()
     if state.background:
         await asyncio.wait(state.background, timeout=state.settings.upstream.abort_timeout_s)

@@ -66,6 +66,11 @@ MEDIA_REJECT_REASONS = (
 # flashbox_discovery_errors_total{reason}: a DNS lookup of discovery.dns_name that changed
 # nothing: it failed, timed out, or answered no address (gateway/routing/discovery.py).
 DISCOVERY_ERROR_REASONS = ("failed", "timeout", "empty")
+# flashbox_state_errors_total{kind}: a shared-store round trip that failed
+# (gateway/shared_state.py): it timed out, the connection failed, or the store answered an error.
+STATE_ERROR_KINDS = ("timeout", "connection", "error")
+# Shared-store round trips: loopback or one network hop, bounded by state.timeout_s (5 ms).
+STATE_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.1)
 MEDIA_BYTES_BUCKETS = (
     1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 2097152.0, 4194304.0, 8388608.0,
     16777216.0, 33554432.0,
@@ -237,6 +242,25 @@ class Metrics:
         )
         for reason in DISCOVERY_ERROR_REASONS:
             self.discovery_errors.labels(reason=reason)
+
+        # The shared state store (state_url; gateway/shared_state.py).
+        self.state_errors = Counter(
+            "flashbox_state_errors",
+            "Shared-store round trips that failed; the gateway went on with local state.",
+            ["kind"], registry=reg,
+        )  # fmt: skip
+        self.state_up = Gauge(
+            "flashbox_state_up",
+            "1 while the shared store answers, 0 while the gateway routes on local state "
+            "(absent without state_url).",
+            registry=reg,
+        )
+        self.state_seconds = Histogram(
+            "flashbox_state_seconds", "Shared-store round-trip time, by operation.",
+            ["op"], buckets=STATE_BUCKETS, registry=reg,
+        )  # fmt: skip
+        for kind in STATE_ERROR_KINDS:
+            self.state_errors.labels(kind=kind)
         for reason in MEDIA_REJECT_REASONS:
             self.media_rejected.labels(reason=reason)
 

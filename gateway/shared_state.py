@@ -1,0 +1,110 @@
+"""The shared state store: one Redis-protocol server (Valkey or Redis) for a fleet of gateways.
+
+`state_url` names it; unset, there is no store and every gateway keeps its state in process
+(a single workstation needs nothing more). Set, the gateways share what must agree across them
+(docs/fleet.md): pins of sessions, lineages and prompt heads, checkpoint budgets, the Responses
+store, per-key rate limits.
+
+The store must never be a single point of failure, nor a wait: every round trip goes through
+`SharedStore.run`, which bounds it by `state.timeout_s` (a few milliseconds), and on a timeout,
+a refused connection or an error answer returns None, counts it in
+flashbox_state_errors_total{kind}, sets flashbox_state_up to 0 and skips the store for
+`state.retry_s` (so a dead store costs one timeout per retry_s, not one per request). Callers
+then decide on their local state. The first round trip that succeeds after that sets
+flashbox_state_up back to 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from gateway.observability.metrics import Metrics
+from gateway.settings import SharedStateSettings
+
+log = logging.getLogger("gateway.shared_state")
+
+T = TypeVar("T")
+
+
+class SharedStore:
+    def __init__(
+        self,
+        url: str,
+        settings: SharedStateSettings,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.prefix = settings.key_prefix
+        self._metrics = metrics
+        self._clock = clock
+        # redis-py's own socket timeouts bound a stuck connection; `run` bounds each call.
+        self.client: aioredis.Redis = aioredis.from_url(
+            url,
+            socket_timeout=max(settings.timeout_s * 20, 0.1),
+            socket_connect_timeout=settings.connect_timeout_s,
+            max_connections=settings.max_connections,
+            health_check_interval=0,
+            retry_on_timeout=False,
+        )
+        self._skip_until = 0.0
+        self.up = True
+        metrics.state_up.set(1)
+
+    def key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    @property
+    def available(self) -> bool:
+        """False while the store is skipped after a failure (see the module docstring)."""
+        return self._clock() >= self._skip_until
+
+    async def run(self, op: str, call: Callable[[aioredis.Redis], Awaitable[T]]) -> T | None:
+        """`call(client)` within the timeout; None when it failed or the store is skipped."""
+        if not self.available:
+            return None
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.settings.timeout_s):
+                result = await call(self.client)
+        except (TimeoutError, RedisTimeoutError):
+            self._failed("timeout", op)
+            return None
+        except (RedisConnectionError, OSError):
+            self._failed("connection", op)
+            return None
+        except RedisError as exc:
+            log.warning("shared store: %s answered an error: %s", op, exc)
+            self._failed("error", op)
+            return None
+        self._metrics.state_seconds.labels(op=op).observe(time.perf_counter() - started)
+        if not self.up:
+            self.up = True
+            self._metrics.state_up.set(1)
+            log.info("shared store is back: shared state resumes")
+        return result
+
+    def _failed(self, kind: str, op: str) -> None:
+        self._metrics.state_errors.labels(kind=kind).inc()
+        self._skip_until = self._clock() + self.settings.retry_s
+        if self.up:
+            self.up = False
+            self._metrics.state_up.set(0)
+            log.warning(
+                "shared store unreachable (%s on %s): routing on local state; retrying in %.1fs",
+                kind,
+                op,
+                self.settings.retry_s,
+            )
+
+    async def close(self) -> None:
+        await self.client.aclose()

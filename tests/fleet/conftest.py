@@ -1,0 +1,3 @@
+from tests.support.redis import redis_server
+
+__all__ = ["redis_server"]
