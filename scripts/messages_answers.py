@@ -13,6 +13,8 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from scripts import script_answers
+
 THINKING_TEXT = "The user wants the file read first; I will call Read on it."
 THINKING_SIGNATURE = "recorder-signature-0001"
 TOOL_USE_ID = "toolu_01RecorderReadCall0001"
@@ -124,3 +126,66 @@ def stream_events(
         "usage": {"output_tokens": output_tokens},
     }
     yield {"type": "message_stop"}
+
+
+def _is_prompt(message: Mapping[str, Any]) -> bool:
+    """A user message that is not only carrying tool results: the start of a user turn."""
+    content = message.get("content")
+    return message.get("role") == "user" and not (
+        isinstance(content, list)
+        and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    )
+
+
+def _last_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    texts = [
+        b.get("text") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"
+    ]
+    return str(texts[-1]) if texts else ""
+
+
+def prompt_step(body: Mapping[str, Any]) -> tuple[int, str]:
+    """The script step of a request (1 + the last step of our tool_use ids since its prompt)
+    and the prompt's last text."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    start = max((i for i, m in enumerate(messages) if _is_prompt(m)), default=-1)
+    prompt = _last_text(messages[start].get("content")) if start >= 0 else ""
+    ids = [
+        str(block.get("id"))
+        for message in messages[start + 1 :]
+        if message.get("role") == "assistant" and isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    ]
+    return script_answers.step_after(ids), prompt
+
+
+def scripted_blocks(
+    body: Mapping[str, Any], headers: Mapping[str, str], run: script_answers.ScriptRun
+) -> tuple[list[dict[str, Any]], str]:
+    """The content blocks and stop_reason for one /v1/messages request under a script."""
+    tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
+    names = {tool.get("name") for tool in tools}
+    plan = run.plan(
+        "toolu_",
+        *prompt_step(body),
+        lambda call: call.name in names,
+        headers,
+        body,
+        has_tools=bool(tools),
+    )
+    if plan.text is not None:
+        return [{"type": "text", "text": plan.text}], "end_turn"
+    thinking = {
+        "type": "thinking",
+        "thinking": script_answers.REASONING_TEXT,
+        "signature": THINKING_SIGNATURE,
+    }
+    uses = [
+        {"type": "tool_use", "id": call_id, "name": call.name, "input": dict(call.input)}
+        for call_id, call in plan.calls
+        if not isinstance(call.input, str)
+    ]
+    return [thinking, *uses], "tool_use"

@@ -3,9 +3,16 @@
     python -m scripts.record_agent_requests --port P --out DIR [--read-file PATH | --tool-call JSON]
 
 Each request is written to DIR as `NNN-<method>-<path>.json` holding {"method", "path",
-"headers", "body"}: the path keeps its query, credential headers keep their names but not their
-values, and the body is the parsed JSON (or the raw text when it is not JSON). In tests,
-`serving(out_dir, tool_call)` runs the same server from a thread on a free port.
+"headers", "body", "received_at", "answer"}: the path keeps its query, credential headers keep
+their names but not their values, the body is the parsed JSON (or the raw text when it is not
+JSON), `received_at` is the wall-clock time (epoch seconds) its headers arrived, and `answer`
+(model answers only) says what was answered: `{"tool_calls": N, "output_chars": N}`, the
+characters of reasoning, text, tool names and arguments. In tests, `serving(out_dir, tool_call)`
+runs the same server from a thread on a free port.
+
+With a script (scripts/script_answers.py; `serving(..., script=...)`, used by
+scripts/record_session_shape.py) every model answer below follows the script instead of the one
+tool call: several tool rounds, parallel calls, a summary for compaction requests.
 
 Answers follow the Anthropic Messages API and, under `/v1/responses`, OpenAI's Responses API:
 - `HEAD /api/hello` (and GET): 200, empty.
@@ -21,6 +28,9 @@ Answers follow the Anthropic Messages API and, under `/v1/responses`, OpenAI's R
   object as JSON `arguments`, with the call's `namespace` if it names one) or, for a string
   `input`, a `custom_tool_call`. The request carrying that call's output, and every other one,
   gets one assistant message.
+- `POST /v1/chat/completions`: an OpenAI chat completion, streamed or not
+  (scripts/chat_answers.py): reasoning_content then tool_calls, or text; the one tool call is
+  a one-step script here.
 - `GET /v1/models`: an OpenAI model list holding the served model.
 - anything else: 404 with Anthropic's error envelope (OpenAI's under `/v1/responses`).
 
@@ -41,7 +51,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from scripts import messages_answers, responses_answers
+from scripts import chat_answers, messages_answers, responses_answers
+from scripts.script_answers import Call, Script, ScriptRun, output_chars
 
 # Credentials never reach the recording: which header carried one is kept, its value is not.
 CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "proxy-authorization", "cookie"})
@@ -63,11 +74,21 @@ class RecordingServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], out_dir: Path, tool_call: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        out_dir: Path,
+        tool_call: dict[str, Any],
+        script: Script | None = None,
+    ) -> None:
         super().__init__(address, RecordingHandler)
         out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
         self.tool_call = tool_call
+        self.script = ScriptRun(script) if script is not None else None
+        one_call = Call(tool_call["name"], tool_call["input"], tool_call.get("namespace"))
+        # Chat completions came after the one-call mode: there it is a one-step script.
+        self.chat_script = self.script or ScriptRun(Script([[one_call]]))
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -76,13 +97,28 @@ class RecordingServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def record(self, method: str, path: str, headers: dict[str, str], body: Any) -> None:
+    def record(
+        self, method: str, path: str, headers: dict[str, str], body: Any, received_at: float
+    ) -> Path:
         with self._lock:
             seq = next(self._counter)
-        record = {"method": method, "path": path, "headers": headers, "body": body}
-        (self.out_dir / _file_name(seq, method, path)).write_text(
-            json.dumps(record, indent=1, ensure_ascii=False) + "\n"
-        )
+        record = {
+            "method": method,
+            "path": path,
+            "headers": headers,
+            "body": body,
+            "received_at": received_at,
+        }
+        written = self.out_dir / _file_name(seq, method, path)
+        written.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        return written
+
+    def note_answer(self, written: Path, tool_calls: int, output: Any) -> None:
+        """Add what was answered to a request's record: the number of tool calls, and the size
+        of the generated part (reasoning, text, tool names and arguments) in characters."""
+        record = json.loads(written.read_text())
+        record["answer"] = {"tool_calls": tool_calls, "output_chars": output_chars(output)}
+        written.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
 
 
 class RecordingHandler(BaseHTTPRequestHandler):
@@ -94,6 +130,7 @@ class RecordingHandler(BaseHTTPRequestHandler):
 
     def _read_and_record(self) -> tuple[Any, int]:
         """The request's body (parsed JSON, text, or None) and its length in bytes."""
+        received_at = time.time()
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
         body: Any = None
@@ -106,7 +143,8 @@ class RecordingHandler(BaseHTTPRequestHandler):
             name.lower(): REDACTED if name.lower() in CREDENTIAL_HEADERS else value
             for name, value in self.headers.items()
         }
-        self.server.record(self.command, self.path, headers, body)
+        self.recorded = self.server.record(self.command, self.path, headers, body, received_at)
+        self.request_headers = headers
         return body, len(raw)
 
     def _start(self, status: int, content_type: str, length: int) -> None:
@@ -159,11 +197,19 @@ class RecordingHandler(BaseHTTPRequestHandler):
             self._answer_messages(body, input_tokens=length // 4)
         elif route == "/v1/responses" and isinstance(body, dict):
             self._answer_responses(body, input_tokens=length // 4)
+        elif route == "/v1/chat/completions" and isinstance(body, dict):
+            self._answer_chat(body, prompt_tokens=length // 4)
         else:
             self._not_found()
 
     def _answer_messages(self, body: dict[str, Any], input_tokens: int) -> None:
-        blocks, stop_reason = messages_answers.answer_blocks(body, self.server.tool_call)
+        run = self.server.script
+        if run is None:
+            blocks, stop_reason = messages_answers.answer_blocks(body, self.server.tool_call)
+        else:
+            blocks, stop_reason = messages_answers.scripted_blocks(body, self.request_headers, run)
+        calls = sum(block["type"] == "tool_use" for block in blocks)
+        self.server.note_answer(self.recorded, calls, blocks)
         model = str(body.get("model", "unknown"))
         message_id = f"msg_recorder{time.time_ns()}"
         if body.get("stream"):
@@ -178,7 +224,14 @@ class RecordingHandler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(message).encode())
 
     def _answer_responses(self, body: dict[str, Any], input_tokens: int) -> None:
-        items = responses_answers.answer_items(body, self.server.tool_call)
+        run = self.server.script
+        if run is None:
+            items = responses_answers.answer_items(body, self.server.tool_call)
+        else:
+            items = responses_answers.scripted_items(body, self.request_headers, run)
+        calls = sum(item["type"] in ("function_call", "custom_tool_call") for item in items)
+        generated = [{k: v for k, v in item.items() if k != "encrypted_content"} for item in items]
+        self.server.note_answer(self.recorded, calls, generated)
         response_id = f"resp_recorder{time.time_ns()}"
         if body.get("stream"):
             self._stream(responses_answers.stream_events(response_id, body, items, input_tokens))
@@ -187,11 +240,33 @@ class RecordingHandler(BaseHTTPRequestHandler):
         response = responses_answers.response_object(response_id, body, "completed", items, usage)
         self._send(200, json.dumps(response).encode())
 
+    def _answer_chat(self, body: dict[str, Any], prompt_tokens: int) -> None:
+        message, finish = chat_answers.scripted_message(
+            body, self.request_headers, self.server.chat_script
+        )
+        self.server.note_answer(self.recorded, len(message.get("tool_calls") or []), message)
+        completion_id = f"chatcmpl-recorder{time.time_ns()}"
+        if not body.get("stream"):
+            model = str(body.get("model", "unknown"))
+            answer = chat_answers.completion_object(
+                completion_id, model, message, finish, prompt_tokens
+            )
+            self._send(200, json.dumps(answer).encode())
+            return
+        chunks = chat_answers.stream_chunks(completion_id, body, message, finish, prompt_tokens)
+        frames = [f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks]
+        frames.append(b"data: [DONE]\n\n")
+        self._start(200, "text/event-stream", sum(len(frame) for frame in frames))
+        for frame in frames:
+            self.wfile.write(frame)
+
 
 @contextlib.contextmanager
-def serving(out_dir: Path, tool_call: dict[str, Any]) -> Iterator[RecordingServer]:
+def serving(
+    out_dir: Path, tool_call: dict[str, Any], script: Script | None = None
+) -> Iterator[RecordingServer]:
     """A RecordingServer on a free loopback port, served from a thread while the block runs."""
-    server = RecordingServer(("127.0.0.1", 0), out_dir, tool_call)
+    server = RecordingServer(("127.0.0.1", 0), out_dir, tool_call, script)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

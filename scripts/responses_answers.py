@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from scripts import script_answers
+
 REASONING_ID = "rs_recorder0001"
 REASONING_SUMMARY = "Reading the file first."
 REASONING_TEXT = "The user wants the file read first; I will run a command that prints it."
@@ -254,3 +256,74 @@ def stream_events(
 
     for number, event in enumerate(unnumbered()):
         yield {**event, "sequence_number": number}
+
+
+def _is_prompt(item: Any) -> bool:
+    """A user message that a person typed. Codex also puts its own context into user messages
+    (`<environment_context>`, `<subagent_notification>` when a spawned agent finishes): those
+    are all tagged text and do not start a new user turn."""
+    if not (
+        isinstance(item, dict)
+        and item.get("type", "message") == "message"
+        and item.get("role") == "user"
+    ):
+        return False
+    content = item.get("content")
+    parts = [content] if isinstance(content, str) else content or []
+    texts = [p if isinstance(p, str) else p.get("text", "") for p in parts if p]
+    return not all(str(text).lstrip().startswith("<") for text in texts)
+
+
+def _last_text(item: Any) -> str:
+    content = item.get("content") if isinstance(item, dict) else None
+    if isinstance(content, str):
+        return content
+    texts = [p.get("text") for p in content or [] if isinstance(p, dict) and "text" in p]
+    return str(texts[-1]) if texts else ""
+
+
+def prompt_step(body: Mapping[str, Any]) -> tuple[int, str]:
+    """The script step of a request (1 + the last step of our call ids since its prompt) and
+    the prompt's last text."""
+    items = body.get("input")
+    if not isinstance(items, list):
+        return 0, str(items or "")
+    start = max((i for i, item in enumerate(items) if _is_prompt(item)), default=-1)
+    prompt = _last_text(items[start]) if start >= 0 else ""
+    ids = [
+        str(item.get("call_id"))
+        for item in items[start + 1 :]
+        if isinstance(item, dict) and item.get("type") in ("function_call", "custom_tool_call")
+    ]
+    return script_answers.step_after(ids), prompt
+
+
+def _offers(body: Mapping[str, Any], call: script_answers.Call) -> bool:
+    return _offers_tool(body, {"name": call.name, "namespace": call.namespace})
+
+
+def scripted_items(
+    body: Mapping[str, Any], headers: Mapping[str, str], run: script_answers.ScriptRun
+) -> list[dict[str, Any]]:
+    """The finished output items for one /v1/responses request under a script."""
+    plan = run.plan(
+        "call_",
+        *prompt_step(body),
+        lambda call: _offers(body, call),
+        headers,
+        body,
+        has_tools=bool(body.get("tools")),
+    )
+    if plan.text is not None:
+        return [_message(f"msg_recorder{time.time_ns()}", plan.text)]
+    encrypted = ENCRYPTED_REASONING in (body.get("include") or [])
+    first_id = plan.calls[0][0]
+    reasoning = {**_reasoning(encrypted), "id": f"rs_{first_id}"}
+    reasoning["content"] = [{"type": "reasoning_text", "text": script_answers.REASONING_TEXT}]
+    items = [reasoning]
+    for call_id, call in plan.calls:
+        spec = {"name": call.name, "input": call.input, "namespace": call.namespace}
+        item = {**_tool_call(spec), "call_id": call_id}
+        item["id"] = f"{'ctc' if isinstance(call.input, str) else 'fc'}_{call_id}"
+        items.append(item)
+    return items
