@@ -119,7 +119,14 @@ def check_counts(raw: dict[str, Any], limits: LimitSettings) -> None:
         )
 
 
-def parse_chat(body: bytes, settings: Settings, session_header: str | None = None) -> ChatInput:
+def parse_chat(
+    body: bytes,
+    settings: Settings,
+    session_header: str | None = None,
+    parent_session: str | None = None,
+) -> ChatInput:
+    """`parent_session`: opencode's x-parent-session-id, sent by a subagent's child session
+    with its own x-session-id: the child is a conversation of its parent's session."""
     limits = settings.limits
     raw = load_json_body(body, limits)
     check_counts(raw, limits)
@@ -129,11 +136,16 @@ def parse_chat(body: bytes, settings: Settings, session_header: str | None = Non
         message, param = validation_message(exc)
         raise InvalidRequestError(message, param=param, code="invalid_value") from exc
     _check(request, settings)
-    return ChatInput(_core(request, raw, len(body), session_header), request.include_usage)
+    hints = (
+        SessionHints(header=parent_session, conversation=session_header)
+        if parent_session and session_header
+        else SessionHints(header=session_header)
+    )
+    return ChatInput(_core(request, raw, len(body), hints), request.include_usage)
 
 
 def _core(
-    request: ChatCompletionRequest, raw: dict[str, Any], body_bytes: int, header: str | None
+    request: ChatCompletionRequest, raw: dict[str, Any], body_bytes: int, hints: SessionHints
 ) -> CoreRequest:
     extra = request.model_extra or {}
     session_body: dict[str, Any] = dict(extra)
@@ -165,7 +177,9 @@ def _core(
             json_schema=_json_schema(request),
         ),
         stream=request.stream,
-        session=SessionHints(header=header, body=session_body),
+        session=SessionHints(
+            header=hints.header, body=session_body, conversation=hints.conversation
+        ),
         body_bytes=body_bytes,
         custom_params=extra.get("custom_params"),
         images=images,

@@ -29,7 +29,7 @@ from gateway.state import AppState
 router = APIRouter()
 
 # The request headers hop 1 reads; everything else is the middleware's (request id, bounds).
-_WANTED = (b"authorization", b"content-length", b"x-session-id")
+_WANTED = (b"authorization", b"content-length", b"x-session-id", b"x-parent-session-id")
 
 
 async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
@@ -41,7 +41,12 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
         state.auth.check(headers.get(b"authorization"))
         limit = state.settings.limits.max_body_bytes
         body = await read_body(receive, headers.get(b"content-length"), limit)
-        chat = parse_chat(body, state.settings, headers.get(b"x-session-id"))
+        chat = parse_chat(
+            body,
+            state.settings,
+            headers.get(b"x-session-id"),
+            headers.get(b"x-parent-session-id"),
+        )
         model = chat.core.model
         record = state.admit(model, scope_state["arrival"], API)
     except GatewayError as exc:
