@@ -119,6 +119,7 @@ async def server_info(request: Request) -> Response:
             "eos_token_ids": list(p.eos_token_ids),
             "checkpoints_in_use": len(engine.pool),
             "checkpoint_evictions": engine.pool.evictions,
+            "head_checkpoints_in_use": engine.pool.head_count,
             "num_running_reqs": engine.scheduler.running_count,
             "num_queue_reqs": engine.scheduler.queued_count,
             "fault": None if engine.process_fault is None else engine.process_fault.kind.value,

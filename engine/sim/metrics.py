@@ -100,6 +100,14 @@ class SimMetrics:
         self.aborted = counter("sglang:num_aborted_requests", "Aborted requests.").labels(
             model_name
         )
+        # The simulator's own (the engine exports no such counters): prompt-head checkpoints
+        # saved, and prefills that restored from one.
+        self.head_checkpoints_saved = counter(
+            "flashbox_sim_head_checkpoints_saved", "Prompt-head checkpoints saved."
+        ).labels(model_name)
+        self.head_checkpoints_restored = counter(
+            "flashbox_sim_head_checkpoints_restored", "Prefills restored from a prompt head."
+        ).labels(model_name)
         self._prompt_seen = 0
         self._cached_seen = 0
 

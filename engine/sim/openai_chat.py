@@ -55,6 +55,8 @@ def to_generate_body(body: Any, request_id: str | None = None) -> dict[str, Any]
         ("top_p", "top_p"),
         ("stop", "stop"),
         ("seed", "sampling_seed"),
+        # SGLang's chat request hands its custom_params to the sampling params.
+        ("custom_params", "custom_params"),
     ):
         if body.get(key) is not None:
             sampling[target] = body[key]

@@ -82,6 +82,24 @@ class PerfModel:
         restores = sum(1 for prompt, cached in requests if min(cached, prompt) > 0)
         return max(floor, marginal) + restores * self._profile.checkpoint_restore_seconds
 
+    def split_prefill_extra_seconds(
+        self, prompt_tokens: int, cached_tokens: int, cut: int, *, hybrid: bool = False
+    ) -> float:
+        """What cutting one prompt's prefill at `cut` adds: two forwards, each with its floor,
+        instead of one (the patched engine cuts at a prompt head to save its state)."""
+        cached = max(0, min(cached_tokens, cut))
+        cut = min(cut, prompt_tokens)
+        if hybrid:
+            images = self._images()
+            floor = images.hybrid_floor_seconds
+            before = (cut - cached) / images.hybrid_tokens_per_second
+            after = (prompt_tokens - cut) / images.hybrid_tokens_per_second
+        else:
+            floor = self._profile.prefill_floor_seconds
+            before = self._work_up_to(cut) - self._work_up_to(cached)
+            after = self._work_up_to(prompt_tokens) - self._work_up_to(cut)
+        return max(floor, before) + max(floor, after) - max(floor, before + after)
+
     def hybrid_prefill_seconds(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
         """One prompt's prefill on the hybrid route (a request that holds an image)."""
         return self.prefill_batch_seconds([(prompt_tokens, cached_tokens)], hybrid=True)

@@ -15,6 +15,9 @@ from engine.sim.faults import Fault, FaultSpecError, parse_fault
 from engine.sim.tokens import MAX_TOKEN_ID
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
+# sampling_params.custom_params field: how many prompt tokens the client's fixed head spans
+# (the gateway's contract with the patched engine, docs/prefix-cache.md "Prompt heads").
+HEAD_TOKENS_PARAM = "flashbox_head_tokens"
 
 
 class SimRequestError(ValueError):
@@ -69,6 +72,8 @@ class GenerateParams:
     request_id: str | None = None
     # image_data, video_data, audio_data; None when the body has none of them.
     media: RawMedia | None = None
+    # sampling_params.custom_params.flashbox_head_tokens: where the prompt's head ends.
+    head_tokens: int | None = None
 
 
 def _is_int(value: Any) -> bool:
@@ -170,6 +175,18 @@ def parse_overrides(custom_params: Any, header_fault: str | None) -> SimOverride
     )
 
 
+def _head_tokens(sampling: dict[str, Any]) -> int | None:
+    """SGLang passes sampling_params.custom_params through untouched; the simulator reads the
+    prompt-head field from it, as the patched engine does."""
+    custom = sampling.get("custom_params")
+    if custom is None:
+        return None
+    where = "sampling_params.custom_params"
+    if not isinstance(custom, dict):
+        raise SimRequestError(f"{where} must be an object", where)
+    return _opt_int(custom, HEAD_TOKENS_PARAM, f"{where}.")
+
+
 def _prompt(body: dict[str, Any]) -> tuple[str | None, list[int] | None]:
     text, input_ids = body.get("text"), body.get("input_ids")
     if text is not None and input_ids is not None:
@@ -240,6 +257,7 @@ def parse_generate(
         grammar_tools=_grammar_tools(sampling.get("ebnf")),
         request_id=request_id,
         media=_media(body),
+        head_tokens=_head_tokens(sampling),
     )
 
 

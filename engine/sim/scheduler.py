@@ -243,6 +243,7 @@ class Scheduler:
         seconds = self.perf.prefill_batch_seconds(
             [(r.prompt_tokens, r.cached_tokens) for r in batch], hybrid=hybrid
         ) + sum(r.model.vision_seconds + r.model.preprocess_seconds for r in batch)
+        seconds += sum(self._head_cut_seconds(req, hybrid) for req in batch)
         start_model = self.model_now()
         now = self._loop.time()
         for req in batch:
@@ -251,6 +252,8 @@ class Scheduler:
             req.model.prefill_path = "hybrid" if hybrid else "layerwise"
             self.metrics.queue_time.observe(now - req.wall_arrival)
             self.metrics.record_prefill(req.prompt_tokens, req.cached_tokens)
+            if self.pool.is_head(req.restored_checkpoint):
+                self.metrics.head_checkpoints_restored.inc()
             self._running[req.rid] = req
         self.metrics.queued.set(self._queued)
         self.metrics.running.set(len(self._running))
@@ -259,6 +262,9 @@ class Scheduler:
             if req.done:
                 continue
             req.prompt_checkpoint = self.pool.save(req.prompt)
+            head = req.params.head_tokens
+            if head is not None and self.pool.save_head(req.prompt, head, req.cached_tokens):
+                self.metrics.head_checkpoints_saved.inc()
             req.phase = Phase.DECODE
             req.model.first_token = self.clock.model
             if req.params.max_new_tokens == 0:
@@ -266,6 +272,16 @@ class Scheduler:
                 continue
             self._emit(req)
         self.metrics.mamba_usage.set(self.pool.usage)
+
+    def _head_cut_seconds(self, req: SimRequest, hybrid: bool) -> float:
+        """What the engine's prefill cut at the request's head adds (one more forward)."""
+        head = req.params.head_tokens
+        cut = None if head is None else self.pool.head_cut(req.prompt, head, req.cached_tokens)
+        if cut is None:
+            return 0.0
+        return self.perf.split_prefill_extra_seconds(
+            req.prompt_tokens, req.cached_tokens, cut, hybrid=hybrid
+        )
 
     async def _decode(self) -> None:
         batch = [r for r in self._running.values() if r.phase is Phase.DECODE]

@@ -12,6 +12,11 @@ Outputs and final states must match the reference (up to kernel rounding), for M
 (snapshot from the final state), M = P + 128 (chunk-aligned, from `h`) and M = P + 200 (from
 `h`); a restore from a zeroed slot (what a plain radix tree would do) must not match.
 
+Prompt head (heads.py): a prefill cut at a head at P, the rest extended in the same working
+slot, must give the uncut run's outputs and states, with snapshots at P and at the prompt's
+aligned end; a second request with the same head and a different tail, restored from the
+head's snapshot, must match its own uncut run.
+
     python -m engine.patches.prefix_cache.device_check [--tokens 1500] [--snapshot 1024]
 
 Exit status 0 when every check passes. Takes well under a minute after Triton compilation.
@@ -20,12 +25,14 @@ Exit status 0 when every check passes. Takes well under a minute after Triton co
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from engine.patches.prefix_cache.alignment import align_down
 from engine.patches.prefix_cache.config import TREE_UNIT
 from engine.patches.prefix_cache.install import ENV_VAR, install
 from engine.patches.prefix_cache.rig import Rig, make_rig, opted_in_server_args, wheel
@@ -103,6 +110,69 @@ def run_checks(rig: Rig, n: int, p: int, steps: int, atol: float) -> bool:
     return ok
 
 
+def run_head_checks(rig: Rig, n: int, head: int, atol: float, seed: int = 1) -> bool:
+    """A prefill cut at a prompt head, and a second request restoring it; one line per check.
+
+    Needs a head on the unit below the prompt's own aligned end: head % 256 == 0 and
+    align_down(n, 256) > head.
+    """
+    end = align_down(n, TREE_UNIT)
+    if head % TREE_UNIT or not 0 < head < end:
+        raise ValueError(f"bad sizes: n={n} head={head}")
+    ok = True
+
+    def check(name: str, value: float, limit: float) -> None:
+        nonlocal ok
+        passed = value <= limit
+        ok &= passed
+        print(f"  {'ok  ' if passed else 'FAIL'} {name}: max abs diff {value:.3e} (<= {limit:.1e})")
+
+    def states_after(view: Rig, tokens: int) -> list[torch.Tensor]:
+        slot = int(view.pool.mamba_pool.alloc(1)[0])
+        view.extend(slot, 0, tokens, track=None)
+        states = view.states(slot)
+        view.pool.mamba_pool.free(view.index([slot]))
+        return states
+
+    print(f"prompt head: extend 0..{head}, then {head}..{n} in the same slot")
+    # A run from token 0 starts from a zeroed slot (alloc zeroes), as a new request's does.
+    slots = [int(s) for s in rig.pool.mamba_pool.alloc(6)]
+    uncut, working, first_track, second_track, restored, other_uncut = slots
+    ref_out, _ = rig.extend(uncut, 0, n, track=None)
+    out_head, at_head = rig.extend(working, 0, head, track=(first_track, second_track))
+    out_rest, at_end = rig.extend(working, head, n, track=(second_track, first_track))
+    check("snapshot points", abs((at_head or 0) - head) + abs((at_end or 0) - end), 0)
+    check("outputs of the cut prefill", _diff(torch.cat([out_head, out_rest], 1), ref_out), atol)
+    expected = (
+        (f"state after {n}", working, rig.states(uncut)),
+        (f"head snapshot at {head}", first_track, states_after(rig, head)),
+        (f"prompt snapshot at {end}", second_track, states_after(rig, end)),
+    )
+    for what, slot, want in expected:
+        for name, got, ref in zip(_STATE_NAMES, rig.states(slot), want, strict=True):
+            check(f"{what}: {name}", _diff(got, ref), atol)
+
+    print(f"same head, another tail: restore {head}, extend {head}..{n}")
+    g = torch.Generator(device=rig.qkv.device).manual_seed(seed)
+
+    def other_tail(t: torch.Tensor) -> torch.Tensor:
+        tail = torch.randn(t[head:].shape, generator=g, device=t.device).to(t.dtype)
+        return torch.cat([t[:head], tail])
+
+    other = dataclasses.replace(
+        rig, qkv=other_tail(rig.qkv), gate=other_tail(rig.gate), beta=other_tail(rig.beta)
+    )
+    other_ref, _ = other.extend(other_uncut, 0, n, track=None)
+    rig.pool.mamba_pool.copy_from(rig.index([first_track]), rig.index([restored]))
+    other_out, _ = other.extend(restored, head, n, track=None)
+    check(f"outputs {head}..{n} after restore", _diff(other_out, other_ref[:, head:n]), atol)
+    other_states = zip(_STATE_NAMES, other.states(restored), other.states(other_uncut), strict=True)
+    for name, got, ref in other_states:
+        check(f"state after {n}: {name}", _diff(got, ref), atol)
+    rig.pool.mamba_pool.free(rig.index(slots))
+    return ok
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="KDA snapshot/restore check on a CUDA GPU")
     parser.add_argument("--tokens", type=int, default=1500, help="prefill length N")
@@ -123,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--snapshot must be a multiple of {TREE_UNIT} below --tokens - 200")
     if end // TREE_UNIT * TREE_UNIT <= args.tokens:
         parser.error(f"--tokens + --decode must pass a multiple of {TREE_UNIT}")
+    if align_down(args.tokens, TREE_UNIT) <= args.snapshot:
+        parser.error(f"--tokens must pass a multiple of {TREE_UNIT} above --snapshot")
 
     installation = install(environ={ENV_VAR: "1"})
     server_args = wheel("sglang.srt.server_args")
@@ -133,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rig = make_rig(args.tokens + args.decode, args.heads, args.head_dim, args.seed)
     ok = run_checks(rig, args.tokens, args.snapshot, args.decode, args.atol)
+    ok &= run_head_checks(rig, args.tokens, args.snapshot, args.atol, args.seed + 1)
     installation.undo()
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

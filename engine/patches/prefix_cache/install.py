@@ -19,6 +19,7 @@ from engine.patches.prefix_cache.scheduling import (
     align_truncation,
     build_tree_cache,
     check_extend_alignment,
+    cut_first_chunk_at_head,
 )
 from engine.patches.prefix_cache.sources import EXPECTED_SOURCES
 
@@ -46,6 +47,8 @@ def _schedule_policy(module: ModuleType, patcher: Patcher) -> None:
     cls = module.PrefillAdder
     name = "add_chunked_req"
     patcher.replace(cls, name, align_chunk_continuation(original(cls, name)))
+    name = "add_one_req"
+    patcher.replace(cls, name, cut_first_chunk_at_head(original(cls, name)))
 
 
 def _schedule_batch(module: ModuleType, patcher: Patcher) -> None:

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.patches.prefix_cache.device_check import run_checks
+from engine.patches.prefix_cache.device_check import run_checks, run_head_checks
 from engine.patches.prefix_cache.rig import make_rig
 from tests.engine.prefix_cache.builders import (
     global_server_args,
@@ -164,3 +164,16 @@ def test_without_snapshot_writes_the_check_fails(
 
     monkeypatch.setattr(kda, "write_conv_snapshots", lambda *a, **k: None)
     assert not run_checks(_rig(reference_kernels), n=600, p=256, steps=200, atol=0.0)
+
+
+def test_a_prefill_cut_at_the_head_matches_the_uncut_run(reference_kernels: Any) -> None:
+    assert run_head_checks(_rig(reference_kernels), n=600, head=256, atol=0.0)
+
+
+def test_without_snapshot_writes_the_head_check_fails(
+    reference_kernels: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import engine.patches.prefix_cache.kda as kda
+
+    monkeypatch.setattr(kda, "write_conv_snapshots", lambda *a, **k: None)
+    assert not run_head_checks(_rig(reference_kernels), n=600, head=256, atol=0.0)

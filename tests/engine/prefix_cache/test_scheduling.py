@@ -69,6 +69,7 @@ def test_opted_in_scheduler_builds_the_glm_hybrid_state_tree(glm_args: Any) -> N
     assert isinstance(sched.tree_cache, GlmMambaRadixCache)
     assert sched.tree_cache.tree_unit == 256
     assert sched.tree_cache.kv_page_size == KV_PAGE
+    assert sched.tree_cache.head_interval == glm_args.mamba_track_interval
     assert sched.is_hybrid_ssm is True
     module = wheel("sglang.srt.managers.scheduler")
 

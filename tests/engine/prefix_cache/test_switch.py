@@ -20,6 +20,7 @@ TARGETS = [
     ("sglang.srt.managers.scheduler", "Scheduler", "init_cache_with_memory_pool"),
     ("sglang.srt.managers.scheduler", "Scheduler", "init_deterministic_inference_config"),
     ("sglang.srt.managers.schedule_policy", "PrefillAdder", "add_chunked_req"),
+    ("sglang.srt.managers.schedule_policy", "PrefillAdder", "add_one_req"),
     (
         "sglang.srt.managers.schedule_batch",
         "ScheduleBatch",
