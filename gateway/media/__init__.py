@@ -6,6 +6,7 @@
 - fetch.py      http(s) fetching behind an allow-list, the address policy and byte caps
 - addresses.py  which resolved addresses may be connected to; the default resolver
 - check.py      Pillow checks (format, header size, aspect ratio, truncation), the data URL
+- png.py        a PNG's compressed rows checked without decoding its pixels
 - tokens.py     the engine's image token count (smart_resize)
 - errors.py     MediaError and its reasons (one 400 code each)
 

@@ -1,9 +1,12 @@
 """Checking an image's bytes with Pillow and building what the engine receives.
 
 Synchronous and CPU-bound: gateway/media/resolver.py runs it in a worker thread when the image
-is large. Order matters for cost: the format is sniffed from the magic bytes, the size read
-from the header, and the pixel, aspect-ratio and token bounds applied, all before a single
-pixel is decoded; only then verify() and a full decode (truncated or corrupt files).
+is large (Pillow's decoders, zlib, hashlib and pybase64 release the GIL while they work). Order
+matters for cost: the format is sniffed from the magic bytes, the size read from the header,
+and the pixel, aspect-ratio and token bounds applied, all before a single pixel is decoded; only
+then verify() and the pixel-data check (truncated or corrupt files), at the least cost that
+still reads all of the data the engine's decoder will: a PNG's rows inflated but not
+unfiltered (gateway/media/png.py), a JPEG decoded at 1/8 scale, a WebP decoded.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ import hashlib
 import io
 from dataclasses import dataclass
 
+import pybase64
 from PIL import Image, ImageOps
 
-from gateway.media.data_url import DataUrl, yield_gil
+from gateway.media.data_url import DataUrl
 from gateway.media.errors import MediaError
+from gateway.media.png import check_rows, rows_to_check
 from gateway.media.refs import CheckedImage
 from gateway.media.tokens import AspectRatioError, prompt_tokens
 
@@ -29,10 +34,6 @@ _PATH_SUFFIXES = ("png", "jpg", "jpeg", "webp", "gif")
 # Modes Pillow writes as PNG; anything else (CMYK, YCbCr, ...) is converted to RGB first.
 _PNG_MODES = frozenset({"1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"})
 _EXIF_ORIENTATION = 0x0112
-# Bytes encoded per call (a multiple of 3): binascii holds the GIL while it encodes, and a
-# worker thread holding it for milliseconds stalls the event loop's thread as long (the same
-# as DECODE_SLICE in gateway/media/data_url.py).
-ENCODE_SLICE = 48 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,15 +119,8 @@ def check_image(
 
 
 def encode_data_url(prefix: str, data: bytes) -> str:
-    """prefix + the standard base64 of data, encoded a slice at a time (see ENCODE_SLICE)."""
-    view = memoryview(data)
-    parts = [prefix]
-    for offset in range(0, len(data), ENCODE_SLICE):
-        if offset:
-            yield_gil()
-        chunk = view[offset : offset + ENCODE_SLICE]
-        parts.append(binascii.b2a_base64(chunk, newline=False).decode("ascii"))
-    return "".join(parts)
+    """prefix + the standard base64 of data (pybase64: SIMD, and the GIL released)."""
+    return prefix + pybase64.b64encode_as_string(data)
 
 
 def _is_canonical(sent_as: DataUrl, prefix: str, data: bytes) -> bool:
@@ -151,15 +145,11 @@ def _inspect(
             width, height = header.size
             _check_size(width, height, policy, where)
             header.verify()
-        if not (policy.full_decode or kind == "GIF" or policy.exif_transpose):
-            return data, _SUBTYPES[kind], width, height
-        with Image.open(io.BytesIO(data), formats=[kind]) as image:
-            image.load()  # a GIF's first frame only: the engine sees one frame
-            rotated = _exif_rotated(image) if policy.exif_transpose else None
-            if kind != "GIF" and rotated is None:
-                return data, _SUBTYPES[kind], width, height
-            frame = rotated if rotated is not None else image
-            return _as_png(frame), "png", frame.width, frame.height
+        if kind == "GIF" or policy.exif_transpose:
+            return _decoded(data, kind, policy)
+        if policy.full_decode:
+            check_pixel_data(data, kind)
+        return data, _SUBTYPES[kind], width, height
     except MediaError:
         raise
     except Image.DecompressionBombError:
@@ -182,6 +172,34 @@ def _inspect(
             f"the {name} image could not be read ({_pillow_reason(exc)}); it may be truncated "
             "or corrupt. Send the complete file.",
         ) from None
+
+
+def _decoded(data: bytes, kind: str, policy: ImagePolicy) -> tuple[bytes, str, int, int]:
+    """The pixels themselves, for what needs them: a GIF's first frame and EXIF rotation are
+    sent as a PNG the gateway writes."""
+    with Image.open(io.BytesIO(data), formats=[kind]) as image:
+        image.load()  # a GIF's first frame only: the engine sees one frame
+        rotated = _exif_rotated(image) if policy.exif_transpose else None
+        if kind != "GIF" and rotated is None:
+            return data, _SUBTYPES[kind], image.width, image.height
+        frame = rotated if rotated is not None else image
+        return _as_png(frame), "png", frame.width, frame.height
+
+
+def check_pixel_data(data: bytes, kind: str) -> None:
+    """Reads all of the image data the engine's decoder will, so that a file it would fail on
+    (truncated, corrupt) is refused here; raises what Pillow or png.check_rows raise."""
+    plan = rows_to_check(data) if kind == "PNG" else None
+    if plan is not None:
+        check_rows(plan)
+        return
+    with Image.open(io.BytesIO(data), formats=[kind]) as image:
+        if kind == "JPEG":
+            # libjpeg decodes every scan's entropy-coded data whatever the scale (a truncated
+            # or broken file fails the same way), but at 1/8 it skips most of the inverse DCT,
+            # upsampling and colour conversion, and holds 1/64 of the pixels.
+            image.draft(None, (1, 1))
+        image.load()
 
 
 def _check_size(width: int, height: int, policy: ImagePolicy, where: str) -> None:

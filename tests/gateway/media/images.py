@@ -58,7 +58,7 @@ def ref(
     return ImageRef(url=url, where=where)
 
 
-def _chunk(kind: bytes, body: bytes) -> bytes:
+def png_chunk(kind: bytes, body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
 
@@ -67,8 +67,8 @@ def png_header_only(width: int, height: int) -> bytes:
     pixel data: a decompression bomb's header, built without ever allocating its pixels."""
     ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
     idat = zlib.compress(b"\0" * 64)
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", idat)
-            + _chunk(b"IEND", b""))  # fmt: skip
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + png_chunk(b"IDAT", idat)
+            + png_chunk(b"IEND", b""))  # fmt: skip
 
 
 def png_blank(width: int, height: int) -> bytes:
@@ -76,5 +76,24 @@ def png_blank(width: int, height: int) -> bytes:
     ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
     row = b"\0" * (1 + (width + 7) // 8)  # filter byte + packed pixels
     idat = zlib.compress(row * height, 9)
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", idat)
-            + _chunk(b"IEND", b""))  # fmt: skip
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + png_chunk(b"IDAT", idat)
+            + png_chunk(b"IEND", b""))  # fmt: skip
+
+
+def png_file(
+    width: int,
+    height: int,
+    idat_bodies: list[bytes],
+    *,
+    depth: int = 8,
+    colour: int = 2,
+    interlaced: bool = False,
+    before_idat: bytes = b"",
+    after_idat: bytes = b"",
+) -> bytes:
+    """A PNG built chunk by chunk (valid CRCs) around the given IDAT bodies: for pixel data
+    that an encoder would never write (bad filters, short or corrupt zlib streams)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, colour, 0, 0, int(interlaced))
+    idats = b"".join(png_chunk(b"IDAT", body) for body in idat_bodies)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + before_idat + idats + after_idat
+            + png_chunk(b"IEND", b""))  # fmt: skip

@@ -13,7 +13,6 @@ import pytest
 from PIL import Image
 
 from gateway.media.check import (
-    ENCODE_SLICE,
     ImagePolicy,
     check_image,
     encode_data_url,
@@ -205,8 +204,8 @@ def test_the_clients_data_url_is_reused_only_when_it_is_the_canonical_encoding()
     assert jpg.data_url == canonical
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, ENCODE_SLICE - 1, ENCODE_SLICE, 3 * ENCODE_SLICE + 2])
-def test_sliced_encoding_is_standard_base64(size: int) -> None:
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4, 65_535, 65_536, 3 * 65_536 + 2])
+def test_encoding_is_standard_base64(size: int) -> None:
     data = random.Random(size).randbytes(size)
     assert encode_data_url("p,", data) == "p," + base64.b64encode(data).decode()
 
@@ -235,3 +234,91 @@ def test_sniffing() -> None:
     assert sniff_format(images.webp()) == "WEBP"
     assert sniff_format(images.gif()) == "GIF"
     assert sniff_format(b"RIFF\0\0\0\0WAVE") is None
+
+
+def _pillow_decode_refuses(data: bytes) -> bool:
+    try:
+        with Image.open(io.BytesIO(data), formats=["JPEG"]) as image:
+            image.load()
+    except Exception:
+        return True
+    return False
+
+
+def test_a_jpeg_is_checked_at_one_eighth_scale_with_the_full_decodes_verdict() -> None:
+    """The JPEG check decodes at 1/8 scale, which still reads every entropy-coded byte:
+    truncations, bit flips and splices of baseline, progressive, 4:4:4, grey and CMYK files
+    get the same verdict as a full decode."""
+    rng = random.Random(8)
+    seeds = [
+        images.jpeg(64, 48),
+        images.jpeg(200, 150),
+        images.jpeg(200, 150, progressive=True),
+        images.jpeg(37, 23, subsampling=0),
+        images.encode(images.picture(120, 90, "L"), "JPEG"),
+        images.encode(images.picture(120, 90).convert("CMYK"), "JPEG"),
+    ]
+    refused = 0
+    for _ in range(400):
+        data = bytearray(rng.choice(seeds))
+        action = rng.randrange(3)
+        if action == 0:
+            del data[rng.randrange(2, len(data)) :]
+        elif action == 1:
+            for _ in range(rng.randint(1, 6)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        else:
+            start = rng.randrange(len(data))
+            data[start:start] = rng.randbytes(rng.randint(1, 40))
+        verdicts = []
+        for policy in (POLICY, replace(POLICY, full_decode=False)):
+            try:
+                check_image(bytes(data), policy, WHERE)
+                verdicts.append(False)
+            except MediaError:
+                verdicts.append(True)
+        ours, header_only = verdicts
+        assert ours == (header_only or _pillow_decode_refuses(bytes(data)))
+        refused += ours
+    assert refused > 100
+
+
+def test_a_truncated_jpeg_is_refused() -> None:
+    for data in (images.jpeg(320, 240), images.jpeg(320, 240, progressive=True)):
+        for cut in (len(data) // 2, len(data) - 200, len(data) - 2):
+            error = _refused("bad_image", data[:cut])
+            assert "truncated" in error.message
+
+
+@pytest.mark.parametrize("subtype", ["png", "jpeg", "webp"])
+def test_the_engine_gets_the_canonical_encoding_of_the_checked_bytes(subtype: str) -> None:
+    """Whatever spelling of the same bytes a client sends (the spare bits of the last base64
+    group, the type's case), the data URL sent on is exactly prefix + b64encode(bytes); the
+    client's own string is passed on (not copied) only when it is that string already."""
+    make = {"png": images.png, "jpeg": images.jpeg, "webp": images.webp}[subtype]
+    rng = random.Random(subtype)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    respelled = 0
+    for _ in range(40):
+        # Bytes after the image's end are ignored by every decoder: any length mod 3.
+        data = make(rng.randint(8, 40), rng.randint(8, 40)) + rng.randbytes(rng.randint(1, 5))
+        canonical = f"data:image/{subtype};base64," + base64.b64encode(data).decode()
+        if canonical.lower().endswith(("png", "jpg", "jpeg", "webp", "gif")):
+            continue  # the path-suffix guard appends a byte (its own test)
+        variants = {canonical, canonical.replace(f"image/{subtype}", f"IMAGE/{subtype.upper()}")}
+        head, last = canonical[:-4], canonical[-4:]
+        for char in alphabet:  # every last group that strict base64 decodes to the same bytes
+            for group in (char + last[1:], last[0] + char + last[2:], last[:2] + char + last[3]):
+                try:
+                    same = base64.b64decode(group, validate=True) == base64.b64decode(last)
+                except ValueError:
+                    same = False
+                if same:
+                    variants.add(head + group)
+        for variant in variants:
+            checked = check_image(data, POLICY, WHERE, sent_as=parse_data_url(variant, WHERE))
+            assert checked.data_url == canonical
+            assert (checked.data_url is variant) == (variant == canonical)
+            assert _decoded(checked.data_url) == data
+            respelled += variant != canonical
+    assert respelled > 100

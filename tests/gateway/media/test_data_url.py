@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import random
 
 import pytest
 
-from gateway.media.data_url import DECODE_SLICE, decode_base64, decoded_length, parse_data_url
+from gateway.media.data_url import decode_base64, decoded_length, parse_data_url
 from gateway.media.errors import MediaError
 
 WHERE = "messages.1.content.0"
@@ -91,16 +92,40 @@ def test_length_is_known_before_decoding() -> None:
     assert _length("A" * 3996 + "AAA=") == 2999
 
 
-def test_long_payloads_decode_in_slices_exactly() -> None:
+# A size past which fast decoders change strategy (SIMD blocks, worker-thread hand-off).
+LONG = 64 * 1024
+
+
+def test_long_payloads_decode_exactly() -> None:
     rng = random.Random(5)
-    for size in (DECODE_SLICE // 4 * 3 - 1, DECODE_SLICE // 4 * 3, 3 * DECODE_SLICE + 7):
+    for size in (LONG // 4 * 3 - 1, LONG // 4 * 3, 3 * LONG + 7):
         data = rng.randbytes(size)
         assert _parse_and_decode(f"data:image/png;base64,{base64.b64encode(data).decode()}") == data
 
 
-def test_padding_at_a_slice_boundary_is_still_refused() -> None:
-    # "aGk=" ends the first slice; valid alone, but padding in the middle of the payload.
-    payload = "A" * (DECODE_SLICE - 4) + "aGk=" + "AAAA"
+def test_padding_or_a_bad_character_deep_in_a_long_payload_is_refused() -> None:
+    # "aGk=" is valid alone, but padding in the middle of the payload.
+    payload = "A" * (LONG - 4) + "aGk=" + "AAAA"
     _refused("invalid_base64", f"data:image/png;base64,{payload}")
-    bad_char = "A" * (DECODE_SLICE + 100) + "*" + "AAA"
+    bad_char = "A" * (LONG + 100) + "*" + "AAA"
     _refused("invalid_base64", f"data:image/png;base64,{bad_char}")
+
+
+def test_decoding_refuses_exactly_what_binascii_strict_mode_refuses() -> None:
+    """The decoder (pybase64, validate=True) against the standard library's strict mode, on
+    payloads of whole 4-character groups drawn from the alphabet, padding and near misses."""
+    rng = random.Random(64)
+    characters = "AQgw/+9z==-_ .\n\x00é*"
+    for _ in range(20_000):
+        payload = "".join(rng.choice(characters) for _ in range(4 * rng.randint(1, 3)))
+        try:
+            expected: bytes | None = binascii.a2b_base64(payload, strict_mode=True)
+        except (binascii.Error, ValueError):
+            expected = None
+        try:
+            got: bytes | None = _parse_and_decode(f"data:image/png;base64,{payload}")
+            reason = None
+        except MediaError as error:
+            got, reason = None, error.reason
+        assert got == expected, payload
+        assert reason == (None if expected is not None else "invalid_base64")
