@@ -15,6 +15,10 @@ time, is reported next to it.
 Full size (3 replicas x 192 checkpoint slots, 16 running requests each, and as many sessions
 as the session budget of gateway.routing.capacity: 176 per replica, 528 in all):
     python -m bench affinity --slots 192 --max-running 16
+
+`--shape FILE` replays a session shape instead (main conversations, subagents, side requests
+and compactions as real clients send them) through flashbox, the gateway of `--today-rev`,
+round-robin and smg cache_aware: bench/affinity_shape.py.
 """
 
 from __future__ import annotations
@@ -24,15 +28,15 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from bench.procs import Proc, start_gateway, start_process, start_sim
+from bench import affinity_shape
+from bench.affinity_shape import DEFAULT_TODAY_REV, SHAPE_ROUTERS, ShapeAffinityConfig
+from bench.procs import start_sim
+from bench.routers import evictions, router, routing_lines, sim_args, wait_ready
 from bench.sessions import (
     SessionsConfig,
     TurnResult,
@@ -69,63 +73,15 @@ class AffinityConfig:
 
 
 def _sim_args(cfg: AffinityConfig, slots: int) -> list[str]:
-    return [
-        "--checkpoint-slots",
-        str(slots),
-        "--track-interval",
-        str(cfg.track_interval),
-        "--max-running-requests",
-        str(cfg.max_running),
-        # Every session at once: the default queue bound would refuse some.
-        "--max-queued-requests",
-        str(max(4096, cfg.sessions * 2)),
-        "--schedule-policy",
-        cfg.schedule_policy,
-    ]
-
-
-@contextmanager
-def _router(name: str, urls: list[str]) -> Iterator[Proc]:
-    if name.startswith("smg:"):
-        policy = name.removeprefix("smg:")
-        args = ["launch", "--host", "127.0.0.1", "--port", "{port}", "--policy", policy]
-        args += ["--worker-urls", *urls, "--log-level", "warn"]
-        proc = start_process("sglang_router", args, health_path="/health", ready_timeout=60.0)
-    else:
-        # "flashbox:no_spill": the same placement with spilling off (an ablation).
-        policy, _, variant = name.partition(":")
-        env = {
-            "FLASHBOX_ROUTING__POLICY": policy,
-            "FLASHBOX_LIMITS__MAX_BODY_BYTES": str(64 * 1024 * 1024),
-            "FLASHBOX_API_KEYS": "",
-        }
-        if variant == "no_spill":
-            env["FLASHBOX_ROUTING__SPILL"] = "false"
-        proc = start_gateway(urls, env=env)
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    return sim_args(
+        slots, cfg.track_interval, cfg.max_running, cfg.sessions * 2, cfg.schedule_policy
+    )
 
 
 def _headers_for(name: str) -> Callable[[int], Mapping[str, str]] | None:
     if name == "smg:manual":
         return lambda index: {"x-smg-routing-key": f"bench-session-{index}"}
     return None
-
-
-def _wait_ready(proc: Proc, timeout: float = 60.0) -> None:
-    """smg answers /health before its workers are registered; wait until it routes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            response = httpx.get(proc.url + "/v1/models", timeout=2.0)
-            if response.status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"router not ready after {timeout}s:\n{proc.log()}")
 
 
 def run_router(cfg: AffinityConfig, name: str) -> tuple[dict[str, Any], list[TurnResult], float]:
@@ -139,8 +95,8 @@ def run_router(cfg: AffinityConfig, name: str) -> tuple[dict[str, Any], list[Tur
         for i, slots in enumerate(cfg.slots)
     ]
     try:
-        with _router(name, [s.url for s in sims]) as proc:
-            _wait_ready(proc)
+        with router(name, [s.url for s in sims]) as proc:
+            wait_ready(proc)
             sessions_cfg = SessionsConfig(
                 url=proc.url + "/v1",
                 model="glm-5.3-flash",
@@ -165,27 +121,15 @@ def run_router(cfg: AffinityConfig, name: str) -> tuple[dict[str, Any], list[Tur
             wall = time.perf_counter() - started
             timings = fetch_engine_timings([sim.url for sim in sims])
             turns = with_engine_timings(turns, timings, cfg.time_scale)
-            evictions = {sim.url: _evictions(sim) for sim in sims}
+            evicted = {sim.url: evictions(sim) for sim in sims}
             router_log = proc.log()
     finally:
         for sim in sims:
             sim.stop()
     summary = summarize_turns(turns)
-    summary["checkpoint_evictions"] = evictions
-    summary["router_log"] = _routing_lines(router_log)
+    summary["checkpoint_evictions"] = evicted
+    summary["router_log"] = routing_lines(router_log)
     return summary, turns, wall
-
-
-def _evictions(sim: Proc) -> int:
-    """Checkpoints the replica's pool evicted while the sessions ran."""
-    info = httpx.get(sim.url + "/server_info", timeout=10.0).json()
-    return int(info.get("checkpoint_evictions", 0))
-
-
-def _routing_lines(text: str) -> list[str]:
-    """The gateway's placement log (spills, placements over budget, verified misses)."""
-    marks = ("spill:", "over budget:", "verified miss")
-    return [line for line in text.splitlines() if any(m in line for m in marks)]
 
 
 def run_all(cfg: AffinityConfig, out_dir: Path | None) -> dict[str, dict[str, Any]]:
@@ -302,8 +246,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="hardware seconds over which sessions start (default: --think)",
     )
-    p.add_argument("--routers", default=",".join(ROUTERS))
+    p.add_argument(
+        "--routers",
+        default=None,
+        help=f"default: {','.join(ROUTERS)}; with --shape: {','.join(SHAPE_ROUTERS)}",
+    )
     p.add_argument("--out", type=Path, default=None)
+    # A session shape instead of the uniform sessions above (bench/affinity_shape.py).
+    p.add_argument(
+        "--shape",
+        type=Path,
+        default=None,
+        help="replay this session shape (bench/shapes/*.json, or `python -m bench synth-shape`)",
+    )
+    p.add_argument("--scale", type=int, default=1, help="with --shape: copies of each session")
+    p.add_argument(
+        "--today-rev",
+        default=DEFAULT_TODAY_REV,
+        help="with --shape: the git revision whose gateway is the 'today' router",
+    )
     return p
 
 
@@ -328,7 +289,7 @@ def config_from_args(args: argparse.Namespace) -> AffinityConfig:
         growth_tokens=args.growth_tokens,
         max_tokens=args.max_tokens,
         time_scale=args.time_scale,
-        routers=tuple(r for r in args.routers.split(",") if r),
+        routers=_routers(args.routers, ROUTERS),
         think_s=args.think,
         seed=args.seed,
         ramp_s=args.ramp,
@@ -336,9 +297,40 @@ def config_from_args(args: argparse.Namespace) -> AffinityConfig:
     )
 
 
+def _routers(given: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    return default if given is None else tuple(r for r in given.split(",") if r)
+
+
+def shape_config_from_args(args: argparse.Namespace) -> ShapeAffinityConfig:
+    slots = tuple(int(part) for part in str(args.slots).split(","))
+    if len(slots) == 1:
+        slots = slots * args.replicas
+    if args.scale < 1:
+        raise SystemExit("--scale must be at least 1")
+    return ShapeAffinityConfig(
+        shape=args.shape,
+        slots=slots,
+        max_running=args.max_running,
+        track_interval=args.track_interval,
+        time_scale=args.time_scale,
+        routers=_routers(args.routers, SHAPE_ROUTERS),
+        scale=args.scale,
+        ramp_s=args.think if args.ramp is None else args.ramp,
+        seed=args.seed,
+        schedule_policy=args.schedule_policy,
+        today_rev=args.today_rev,
+    )
+
+
 def main(argv: list[str]) -> int:
-    cfg = config_from_args(build_parser().parse_args(argv))
     args = build_parser().parse_args(argv)
+    if args.shape is not None:
+        shape_cfg = shape_config_from_args(args)
+        print(
+            affinity_shape.report_markdown(shape_cfg, affinity_shape.run_all(shape_cfg, args.out))
+        )
+        return 0
+    cfg = config_from_args(args)
     print(markdown(cfg, run_all(cfg, args.out)))
     return 0
 

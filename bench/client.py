@@ -42,6 +42,11 @@ class StreamRecord:
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # The answer in its API's own shape, for replays that send it back as history byte for
+    # byte: Anthropic content blocks (thinking with its signature, text, tool_use with its
+    # parsed input), in stream order; the Responses API's output items (from the terminal
+    # event). Empty for chat completions, whose history is built from the fields above.
+    answer: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def itls(self) -> list[float]:
@@ -211,6 +216,34 @@ _TOKEN_DELTAS = {
 }
 
 
+# Where each content_block_delta type's text goes in the block it extends (record.answer).
+_BLOCK_FIELDS = {
+    "text_delta": ("text", "text"),
+    "thinking_delta": ("thinking", "thinking"),
+    "signature_delta": ("signature", "signature"),
+}
+
+
+def _block_delta(record: StreamRecord, index: int, delta: Mapping[str, Any]) -> None:
+    """Extend block `index` of record.answer with a delta (tool input is parsed at its stop)."""
+    found = _BLOCK_FIELDS.get(str(delta.get("type")))
+    if found is None or not 0 <= index < len(record.answer):
+        return
+    source, target = found
+    block = record.answer[index]
+    block[target] = str(block.get(target) or "") + str(delta.get(source) or "")
+
+
+def _block_stop(record: StreamRecord, index: int) -> None:
+    if not 0 <= index < len(record.answer) or record.answer[index].get("type") != "tool_use":
+        return
+    arguments = record.tool_calls.get(index, {}).get("function", {}).get("arguments") or "{}"
+    try:
+        record.answer[index]["input"] = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        record.error = f"tool_use block {index} has input that is not JSON: {arguments[:80]!r}"
+
+
 def record_message_event(record: StreamRecord, payload: Mapping[str, Any], elapsed: float) -> None:
     """Fold one decoded Anthropic Messages SSE payload into the record (separate for unit
     tests). Tool calls are kept under their content block's index, in OpenAI's shape."""
@@ -222,10 +255,17 @@ def record_message_event(record: StreamRecord, payload: Mapping[str, Any], elaps
         text = delta.get(found[0]) if found is not None else None
         if found is not None and text:
             _token(record, found[1], text, int(payload.get("index", 0)), elapsed)
+        _block_delta(record, int(payload.get("index", 0)), delta)
     elif kind == "content_block_start":
         block = payload.get("content_block") or {}
+        index = int(payload.get("index", 0))
         if block.get("type") == "tool_use":
-            _call_started(record, int(payload.get("index", 0)), block.get("id"), block.get("name"))
+            _call_started(record, index, block.get("id"), block.get("name"))
+        # Blocks are contiguous from 0 and never interleave (the Messages stream's rule).
+        if index == len(record.answer):
+            record.answer.append(dict(block))
+    elif kind == "content_block_stop":
+        _block_stop(record, int(payload.get("index", 0)))
     elif kind == "message_delta":
         usage = payload.get("usage") or {}
         cached = int(usage.get("cache_read_input_tokens") or 0)
@@ -292,6 +332,7 @@ def record_response_event(record: StreamRecord, payload: Mapping[str, Any], elap
         record.prompt_tokens = int(usage.get("input_tokens") or 0)
         record.completion_tokens = int(usage.get("output_tokens") or 0)
         record.cached_tokens = int(details.get("cached_tokens") or 0)
+        record.answer = [dict(item) for item in response.get("output") or ()]
         if kind == "response.failed":
             record.error = _error_message(response.get("error") or "response.failed")
     elif kind == "error":

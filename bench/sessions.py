@@ -6,6 +6,10 @@ its tool calls get tool results (or a user message follows when it made none). A
 "eligible" for a checkpoint hit when its prompt extends the previous turn's; it "hit" when the
 server's usage.prompt_tokens_details.cached_tokens covers the previous prompt rounded down to the
 track interval. The affinity benchmark drives the same workload through different routers.
+
+`--shape FILE` replays a session shape instead (bench/shapes.py: main conversations, subagents,
+side requests and compactions under one session, as real clients send them; bench/replay.py)
+through the API the shape names, and reports per lineage kind (bench/replay_report.py).
 """
 
 from __future__ import annotations
@@ -22,8 +26,19 @@ from typing import Any
 
 import httpx
 
-from bench.client import StreamRecord, stream_chat
+from bench.client import stream_chat
+from bench.replay import ReplayConfig, replay
+from bench.replay import with_engine_timings as replay_with_timings
+from bench.replay_report import markdown as replay_markdown
+from bench.replay_report import summarize_replay
+from bench.replay_wire import chat_assistant_message, chat_follow_up
+from bench.shapes import load_shape
 from bench.stats import ratio, summarize
+
+# Re-exported: bench/overhead.py and the tests take them from here.
+from bench.timings import EngineTiming as EngineTiming
+from bench.timings import fetch_engine_timings as fetch_engine_timings
+from bench.timings import hardware_ttft
 from bench.workload import synthetic_text
 
 TOOLS: list[dict[str, Any]] = [
@@ -102,26 +117,6 @@ class TurnResult:
 HeaderFn = Callable[[int], Mapping[str, str]]
 
 
-def _assistant_message(record: StreamRecord) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(record.content)}
-    if record.reasoning:
-        message["reasoning_content"] = "".join(record.reasoning)
-    if record.tool_calls:
-        message["tool_calls"] = [record.tool_calls[i] for i in sorted(record.tool_calls)]
-    return message
-
-
-def _follow_up(record: StreamRecord, text: str) -> list[dict[str, Any]]:
-    if not record.tool_calls:
-        return [{"role": "user", "content": text}]
-    calls = [record.tool_calls[i] for i in sorted(record.tool_calls)]
-    share = max(1, len(text) // len(calls))
-    return [
-        {"role": "tool", "tool_call_id": call["id"], "content": text[i * share : (i + 1) * share]}
-        for i, call in enumerate(calls)
-    ]
-
-
 async def run_session(
     client: httpx.AsyncClient,
     cfg: SessionsConfig,
@@ -192,7 +187,7 @@ async def run_session(
         growth = synthetic_text(
             int(cfg.growth_tokens * cfg.chars_per_token), seed=index * 1000 + turn
         )
-        messages = [*messages, _assistant_message(record), *_follow_up(record, growth)]
+        messages = [*messages, chat_assistant_message(record), *chat_follow_up(record, growth)]
     return results
 
 
@@ -214,51 +209,19 @@ async def run_sessions(
     return [turn for session in nested for turn in session]
 
 
-@dataclass(frozen=True)
-class EngineTiming:
-    """One request as a simulator saw it (GET /sim/timings)."""
-
-    wall_ttft_s: float  # arrival to first token, wall clock
-    model_ttft_s: float  # the same, modelled: reference-hardware seconds
-
-
 def with_engine_timings(
     turns: list[TurnResult], timings: Mapping[str, EngineTiming], time_scale: float
 ) -> list[TurnResult]:
-    """Turns whose TTFT is in hardware seconds for every part of the path.
-
-    A client's wall-clock TTFT divided by the time scale also scales up what the router and
-    the network took: at a time scale of 0.02, a router's 10 ms reads as 0.5 s. Here the
-    engine's share is its modelled TTFT (queue and prefill, hardware seconds), and the rest
-    (client TTFT minus the engine's wall-clock TTFT: network, router, client) counts as the
-    wall time it took. Turns without a timing keep the scaled figure."""
+    """Turns whose TTFT is in hardware seconds for every part of the path (bench/timings.py);
+    turns without a timing keep the scaled figure."""
     out = []
     for t in turns:
         timing = timings.get(t.rid)
         if timing is None or t.ttft_scaled is None:
             out.append(t)
             continue
-        wall_ttft = t.ttft_scaled * time_scale
-        hops = max(0.0, wall_ttft - timing.wall_ttft_s)
-        out.append(replace(t, ttft=timing.model_ttft_s + hops))
+        out.append(replace(t, ttft=hardware_ttft(t.ttft_scaled, timing, time_scale)))
     return out
-
-
-def fetch_engine_timings(sim_urls: list[str]) -> dict[str, EngineTiming]:
-    """x-request-id -> EngineTiming, from each simulator's /sim/timings.
-
-    Keyed by the x-request-id the engine request carried, which is the client's own id on
-    every path: smg forwards the header (and the simulator's OpenAI route takes it as rid),
-    and flashbox's gateway sends it with /generate while the rid is its own.
-    """
-    timings: dict[str, EngineTiming] = {}
-    for url in sim_urls:
-        body = httpx.get(url + "/sim/timings", timeout=30.0).json()
-        for t in body["requests"]:
-            timings[t["request_id"]] = EngineTiming(
-                wall_ttft_s=t["first_token_s"] - t["arrival_s"], model_ttft_s=t["model_ttft_s"]
-            )
-    return timings
 
 
 def summarize_turns(turns: list[TurnResult]) -> dict[str, Any]:
@@ -318,7 +281,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-session-header", action="store_true")
     p.add_argument("--timeout", type=float, default=3600.0)
     p.add_argument("--out", type=Path, default=None)
+    shape = p.add_argument_group("session shapes (--shape)")
+    shape.add_argument("--shape", type=Path, default=None, help="replay this session shape")
+    shape.add_argument("--scale", type=int, default=1, help="copies of each session")
+    shape.add_argument(
+        "--ramp", type=float, default=0.0, help="hardware seconds over which sessions start"
+    )
+    shape.add_argument("--seed", type=int, default=0, help="varies the sessions' start times")
+    shape.add_argument(
+        "--chat-only",
+        action="store_true",
+        help="send chat completions whatever the shape's API (routers that speak only that)",
+    )
+    shape.add_argument(
+        "--sim-urls",
+        default="",
+        help="comma-separated simulator URLs: TTFT from their /sim/timings (hardware seconds)",
+    )
     return p
+
+
+def _main_shape(args: argparse.Namespace) -> int:
+    if args.scale < 1:
+        raise SystemExit("--scale must be at least 1")
+    shape = load_shape(args.shape)
+    cfg = ReplayConfig(
+        url=args.url,
+        model=args.model,
+        time_scale=args.time_scale,
+        track_interval=args.track_interval,
+        copies=args.scale,
+        ramp_s=args.ramp,
+        seed=args.seed,
+        chat_only=args.chat_only,
+        chars_per_token=args.chars_per_token,
+        api_key=args.api_key,
+        timeout_s=args.timeout,
+    )
+    results = asyncio.run(replay(shape, cfg))
+    sims = [url for url in args.sim_urls.split(",") if url]
+    if sims:
+        results = replay_with_timings(results, fetch_engine_timings(sims), args.time_scale)
+    summary = summarize_replay(results)
+    print(replay_markdown({str(args.shape.name): summary}))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "sessions-shape.json").write_text(
+            json.dumps({"summary": summary, "requests": [asdict(r) for r in results]}, indent=2)
+        )
+    return 0
 
 
 def config_from_args(args: argparse.Namespace) -> SessionsConfig:
@@ -342,6 +353,8 @@ def config_from_args(args: argparse.Namespace) -> SessionsConfig:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.shape is not None:
+        return _main_shape(args)
     turns = asyncio.run(run_sessions(config_from_args(args)))
     summary = summarize_turns(turns)
     print(summary_markdown(summary))
