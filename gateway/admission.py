@@ -10,6 +10,12 @@ which RequestContextMiddleware (outside this one) stamps.
 On SIGTERM (`begin_drain`), queued and new requests get 503; in-flight ones get
 `shutdown.grace_s` to finish; what is still running then is aborted on its engine replica
 (POST /abort_request), so its stream ends with an error event instead of being cut.
+
+Per-key rate limits (gateway.ratelimit) are checked first, where the key is known and before
+a slot is taken: a request over its key's limit is refused with 429, Retry-After and the
+face's rate-limit headers, and never waits in the queue. Once its response is sent, its prompt
++ completion tokens (the request record the core's Run leaves in the scope state) are charged
+to its key.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import AuthenticationError, GatewayError, NoReplicaError, RateLimitError
 from gateway.faces.headers import read_headers
+from gateway.observability.timeline import RequestRecord
+from gateway.ratelimit import Decision, openai_limit_headers
 from gateway.settings import AdmissionSettings, ShutdownSettings
 from gateway.state import AppState
 
@@ -173,6 +181,12 @@ class ErrorRenderer(Protocol):
     def __call__(self, error: GatewayError, request_id: str) -> Response: ...
 
 
+class LimitHeaders(Protocol):
+    """A face's rate-limit headers for a request's decision (OpenAI's x-ratelimit-*, ...)."""
+
+    def __call__(self, decision: Decision) -> list[tuple[bytes, bytes]]: ...
+
+
 class AdmissionMiddleware:
     """Applies an AdmissionController to the generation requests `app` serves (gateway.app.
     GatewayApp puts one around each face's serve function, and routes only those there)."""
@@ -184,44 +198,96 @@ class AdmissionMiddleware:
         controller: AdmissionController,
         api: str,
         render_error: ErrorRenderer,
+        limit_headers: LimitHeaders = openai_limit_headers,
     ) -> None:
         self.app = app
         self.controller = controller
         self.api = api
         self.render_error = render_error
+        self.limit_headers = limit_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state: AppState = scope["app"].state.flashbox
-        if not _authorized(state, scope):
+        limiter = state.limiter
+        if not state.auth.enabled and not limiter.enabled:
+            credentials: dict[bytes, str] = {}
+        else:
+            credentials = read_headers(scope["headers"], _CREDENTIALS)
+        if not _authorized(state, credentials):
             # The route answers 401; an unauthenticated client must not take or wait for a slot.
             await self.app(scope, receive, send)
             return
         scope_state = scope.setdefault("state", {})
+        decision = None
+        if limiter.enabled:
+            key = limiter.identify(
+                scope,
+                state.auth.enabled,
+                credentials.get(b"authorization"),
+                credentials.get(b"x-api-key"),
+            )
+            decision = None if key is None else await limiter.check(key)
+            if decision is not None:
+                headers = self.limit_headers(decision)
+                if not decision.allowed:
+                    error = decision.error()
+                    error.headers = {
+                        "retry-after": str(decision.retry_after),
+                        **{name.decode(): value.decode() for name, value in headers},
+                    }
+                    await self._refuse(state, error, "rate_limited", scope, receive, send)
+                    return
+                send = _with_headers(send, headers)
         entry = Ticket(scope_state, state)
         try:
             await self.controller.acquire(entry)
         except GatewayError as exc:
-            reason = exc.code or "refused"
-            state.metrics.admission_rejected.labels(reason=reason).inc()
-            state.refused("unknown", exc, self.api)
-            response = self.render_error(exc, str(scope_state.get("request_id", "")))
-            await response(scope, receive, send)
+            await self._refuse(state, exc, exc.code or "refused", scope, receive, send)
             return
         try:
             await self.app(scope, receive, send)
         finally:
             self.controller.release(entry)
+        if decision is not None:
+            record = scope_state.get("record")
+            if isinstance(record, RequestRecord):
+                await limiter.charge(decision.key, record.prompt_tokens + record.completion_tokens)
+
+    async def _refuse(
+        self,
+        state: AppState,
+        error: GatewayError,
+        reason: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        state.metrics.admission_rejected.labels(reason=reason).inc()
+        state.refused("unknown", error, self.api)
+        response = self.render_error(error, str(scope["state"].get("request_id", "")))
+        await response(scope, receive, send)
+
+
+def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:
+    """`send`, adding `headers` to the response's start (a pass-through call per body message,
+    only for requests that have a rate limit)."""
+
+    async def send_with_limits(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *headers]}
+        await send(message)
+
+    return send_with_limits
 
 
 _CREDENTIALS = (b"authorization", b"x-api-key")
 
 
-def _authorized(state: AppState, scope: Scope) -> bool:
+def _authorized(state: AppState, credentials: dict[bytes, str]) -> bool:
     if not state.auth.enabled:
         return True
-    found = read_headers(scope["headers"], _CREDENTIALS)
     try:
-        state.auth.check(found.get(b"authorization"), found.get(b"x-api-key"))
+        state.auth.check(credentials.get(b"authorization"), credentials.get(b"x-api-key"))
     except AuthenticationError:
         return False
     return True

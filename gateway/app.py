@@ -121,7 +121,7 @@ _ERROR_CODES = {
     "401": "Missing or wrong API key.",
     "404": "Unknown model.",
     "413": "Body over limits.max_body_bytes.",
-    "429": "Admission queue full (Retry-After).",
+    "429": "Admission queue full, or the API key's rate limit (Retry-After).",
     "502": "The engine failed.",
     "503": "No engine replica, or the admission queue deadline passed (Retry-After).",
     "504": "The engine missed a deadline.",
@@ -164,6 +164,7 @@ class GatewayApp(FastAPI):
                 controller=self.state.admission,
                 api=endpoint.api,
                 render_error=endpoint.render_error,
+                limit_headers=endpoint.limit_headers,
             )
         for middleware in reversed(self.user_middleware):
             app = middleware.cls(app, *middleware.args, **middleware.kwargs)

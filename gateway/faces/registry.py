@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from starlette.responses import Response
 from starlette.types import ASGIApp
 
-from gateway.admission import ErrorRenderer
+from gateway.admission import ErrorRenderer, LimitHeaders
 from gateway.errors import GatewayError
 from gateway.faces.anthropic import errors as anthropic_errors
 from gateway.faces.anthropic import route as anthropic_route
 from gateway.faces.openai_chat import route as openai_route
 from gateway.faces.responses import route as responses_route
 from gateway.middleware import openai_error_body
+from gateway.ratelimit import openai_limit_headers
 from gateway.routes.deps import error_response
 
 
@@ -34,6 +35,8 @@ class Endpoint:
     render_error: ErrorRenderer
     # Generation requests take an admission slot; cheap ones (count_tokens) do not.
     admitted: bool
+    # Its rate-limit headers (admitted endpoints only: only those have rate limits).
+    limit_headers: LimitHeaders = openai_limit_headers
 
 
 ENDPOINTS: tuple[Endpoint, ...] = (
@@ -46,6 +49,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "anthropic",
         anthropic_errors.error_response,
         admitted=True,
+        limit_headers=anthropic_errors.limit_headers,
     ),
     Endpoint(
         "/v1/responses",

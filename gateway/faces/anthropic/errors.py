@@ -10,10 +10,15 @@ A prompt the engine finds too long is said in Anthropic's words, which Claude Co
 
 from __future__ import annotations
 
+import math
+import time
+from datetime import UTC, datetime
+
 import orjson
 from starlette.responses import Response
 
 from gateway.errors import ContextLengthError, GatewayError, NoReplicaError
+from gateway.ratelimit import Decision
 
 _TYPES = {
     400: "invalid_request_error",
@@ -82,3 +87,26 @@ def middleware_error_body(status_code: int, message_text: str, request_id: str) 
             "request_id": request_id,
         }
     )
+
+
+def limit_headers(decision: Decision) -> list[tuple[bytes, bytes]]:
+    """Anthropic's rate-limit headers (anthropic-ratelimit-{requests,tokens}-{limit,remaining,
+    reset}, reset the RFC 3339 instant the bucket is full again), for the limits a key has."""
+    limits, verdict = decision.limits, decision.verdict
+    requests, tokens = verdict.remaining(limits)
+    now = time.time()
+    headers: list[tuple[bytes, bytes]] = []
+    for name, limit, remaining, backlog in (
+        ("requests", limits.requests_per_minute, requests, verdict.requests_backlog_s),
+        ("tokens", limits.tokens_per_minute, tokens, verdict.tokens_backlog_s),
+    ):
+        if limit:
+            full_at = datetime.fromtimestamp(math.ceil(now + backlog), UTC)
+            reset = full_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            prefix = f"anthropic-ratelimit-{name}-"
+            headers += [
+                ((prefix + "limit").encode(), str(limit).encode()),
+                ((prefix + "remaining").encode(), str(remaining).encode()),
+                ((prefix + "reset").encode(), reset.encode()),
+            ]
+    return headers

@@ -4,6 +4,7 @@ core's Run), GET and DELETE /v1/responses/{id} for stored responses. Errors are 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -53,13 +54,13 @@ _ECHO = (
 )
 
 
-def _history(state: AppState, request: ResponsesRequest) -> list[Any]:
-    """The conversation a previous_response_id names, before this request's input."""
+async def _history(state: AppState, request: ResponsesRequest) -> list[Any]:
+    """The conversation a previous_response_id names, before this request's input (from this
+    gateway's store or the fleet's, gateway.faces.responses.store.StoredResponses)."""
     previous = request.previous_response_id
     if previous is None:
         return []
-    stored = state.responses.get(previous)
-    _gauge(state)  # the look-up may have expired entries
+    stored = await state.responses.get(previous)
     if stored is None:
         raise InvalidRequestError(
             f"Previous response with id '{previous}' not found: it was never stored here, "
@@ -102,7 +103,8 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
         except ValidationError as exc:
             text, param = validation_message(exc)
             raise InvalidRequestError(text, param=param, code="invalid_value") from exc
-        core, names, conversation = _core(state, request, raw, len(body), headers)
+        history = await _history(state, request)
+        core, names, conversation = _core(state, request, raw, len(body), headers, history)
         # Any model name is served by the served model, echoed back in the answer.
         model = settings.model.served_names[0]
         record = state.admit(model, scope_state["arrival"], API)
@@ -113,9 +115,12 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
         state.metrics.requests.labels(model=model, code="499", api=API).inc()
         raise
 
+    writes: list[asyncio.Task[None]] = []
+
     def stored(response: dict[str, Any]) -> None:
-        state.responses.put(response, [*conversation, *response["output"]])
-        _gauge(state)
+        write = state.responses.put(response, [*conversation, *response["output"]])
+        if write is not None:
+            writes.append(write)
 
     info = ResponseInfo(
         response_id=f"resp_{scope_state['rid']}",
@@ -131,14 +136,13 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
         on_done=stored if request.store else None,
     )
     run = Run(state, core, answer, record, scope_state, keepalive_s=settings.responses.keepalive_s)
-    return await run.respond(receive)
-
-
-def _gauge(state: AppState) -> None:
-    """The store's size in the metrics, after anything that may have changed it."""
-    store = state.responses
-    state.metrics.response_store_entries.set(len(store))
-    state.metrics.response_store_bytes.set(store.bytes)
+    response = await run.respond(receive)
+    if writes:
+        # A non-streamed answer leaves only once the shared store has it (or the write failed,
+        # within state.timeout_s), so a follow-up through any gateway finds it. A stream's
+        # write starts as its last event is encoded.
+        await asyncio.wait(writes)
+    return response
 
 
 def _core(
@@ -147,6 +151,7 @@ def _core(
     raw: dict[str, Any],
     size: int,
     headers: dict[bytes, str],
+    history: list[Any],
 ) -> tuple[CoreRequest, Any, list[Any]]:
     tools, names = convert_tools(request.tools)
     limit = state.settings.limits.max_tools
@@ -158,7 +163,7 @@ def _core(
         )
     items = request.input
     current = [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
-    conversation = [*_history(state, request), *current]
+    conversation = [*history, *current]
     images = ImageSlots()
     messages = convert_input(
         request.instructions, conversation, state.reasoning_codec, names, images
@@ -216,11 +221,10 @@ async def serve_responses(scope: Scope, receive: Receive, send: Send) -> None:
     await response(scope, receive, send)
 
 
-def _stored_or_404(request: Request, response_id: str) -> dict[str, Any]:
+async def _stored_or_404(request: Request, response_id: str) -> dict[str, Any]:
     state = app_state(request)
     state.auth.check(request.headers.get("authorization"))
-    stored = state.responses.get(response_id)
-    _gauge(state)  # the look-up may have expired entries
+    stored = await state.responses.get(response_id)
     if stored is None:
         raise NotFoundError(
             f"No response with id '{response_id}' is stored here (never stored, deleted, "
@@ -232,13 +236,11 @@ def _stored_or_404(request: Request, response_id: str) -> dict[str, Any]:
 
 @router.get("/v1/responses/{response_id}")
 async def get_response(request: Request, response_id: str) -> JSONResponse:
-    return JSONResponse(_stored_or_404(request, response_id))
+    return JSONResponse(await _stored_or_404(request, response_id))
 
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(request: Request, response_id: str) -> JSONResponse:
-    _stored_or_404(request, response_id)
-    state = app_state(request)
-    state.responses.delete(response_id)
-    _gauge(state)
+    await _stored_or_404(request, response_id)
+    await app_state(request).responses.delete(response_id)
     return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})

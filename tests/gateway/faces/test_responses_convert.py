@@ -4,6 +4,7 @@ parser, encoders and renderer."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from types import SimpleNamespace
 from typing import Any, cast
@@ -34,7 +35,7 @@ from gateway.faces.responses.encode import (
     ResponseStream,
 )
 from gateway.faces.responses.protocol import ResponsesRequest
-from gateway.faces.responses.store import ResponseStore
+from gateway.faces.responses.store import ResponseStore, StoredResponses
 from gateway.observability.metrics import Metrics
 from gateway.parsers.registry import get_parser_factory
 from gateway.settings import Settings
@@ -91,7 +92,8 @@ TOOLS = [WEATHER, DOCS, PATCH, WEB_SEARCH]
 
 
 def state(store: ResponseStore | None = None) -> AppState:
-    responses = store or ResponseStore(max_entries=10, max_bytes=1 << 20, ttl_s=60)
+    local = store or ResponseStore(max_entries=10, max_bytes=1 << 20, ttl_s=60)
+    responses = StoredResponses(local, METRICS)
     fake = SimpleNamespace(
         settings=SETTINGS, reasoning_codec=CODEC, responses=responses, metrics=METRICS
     )
@@ -106,7 +108,9 @@ def core_of(
     raw: dict[str, Any] = {"model": "gpt-5.3-codex", "input": "hi", **fields}
     request = ResponsesRequest.model_validate(raw)
     found = {k.encode(): v for k, v in (headers or {}).items()}
-    core, _, _ = route._core(state(saved), request, raw, 100, found)
+    fake = state(saved)
+    history = asyncio.run(route._history(fake, request))
+    core, _, _ = route._core(fake, request, raw, 100, found, history)
     return core
 
 

@@ -1,0 +1,127 @@
+"""Per-key rate limits across a fleet: two gateway processes sharing one redis-server, in front of
+one simulator, driven by the official openai and anthropic clients. A key limited to N requests
+a minute gets N answers in total across both gateways, then 429 with Retry-After in each
+face's own shape; another key is unaffected; with the store killed requests are still served,
+each gateway enforcing the limits on its own traffic."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import anthropic
+import openai
+import pytest
+
+from bench.procs import RedisProc, redis_server_binary, start_redis
+from tests.e2e.conftest import GATEWAY_ENV, MODEL, client_for, metric_sum
+from tests.support.procs import Proc, start_gateway, start_sim
+
+LIMIT = 3
+KEY_A, KEY_B, KEY_C = "sk-fleet-a", "sk-fleet-b", "sk-fleet-c"
+HELLO: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
+
+
+@dataclass
+class Fleet:
+    store: RedisProc
+    gateways: list[Proc]
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[Fleet]:
+    if redis_server_binary() is None:
+        pytest.skip("no valkey-server or redis-server on PATH (make debs installs redis-server)")
+    store = start_redis()
+    sim: Proc | None = None
+    gateways: list[Proc] = []
+    env = {
+        **GATEWAY_ENV,
+        "FLASHBOX_API_KEYS": f"{KEY_A},{KEY_B},{KEY_C}",
+        "FLASHBOX_RATE_LIMITS__REQUESTS_PER_MINUTE": str(LIMIT),
+        "FLASHBOX_STATE_URL": store.url,
+        # A generous round-trip bound: this box is shared and loaded (the default is 5 ms).
+        "FLASHBOX_STATE__TIMEOUT_S": "0.5",
+        "FLASHBOX_STATE__RETRY_S": "0.2",
+    }
+    try:
+        sim = start_sim()
+        gateways.extend(start_gateway([sim.url], env=env) for _ in range(2))
+        yield Fleet(store, gateways)
+    finally:
+        for proc in [*gateways, *([sim] if sim else [])]:
+            proc.stop()
+        store.stop()
+
+
+def chat(gateway: Proc, key: str) -> openai.types.chat.ChatCompletion:
+    with client_for(gateway, api_key=key) as client:
+        return client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=8)
+
+
+def message(gateway: Proc, key: str) -> anthropic.types.Message:
+    with anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0) as client:
+        return client.messages.create(
+            model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "Hi"}]
+        )
+
+
+def test_n_answers_across_the_fleet_then_429_in_each_face_s_shape(fleet: Fleet) -> None:
+    a, b = fleet.gateways
+    for n in range(LIMIT):
+        assert chat((a, b)[n % 2], KEY_A).choices[0].message is not None
+
+    for gateway in (a, b):
+        with pytest.raises(openai.RateLimitError) as info:
+            chat(gateway, KEY_A)
+        error = info.value
+        assert error.status_code == 429
+        assert error.code == "rate_limit_exceeded"
+        assert error.type == "requests"
+        assert isinstance(error.body, dict)
+        assert error.body["param"] is None
+        assert f"Limit {LIMIT}, Used {LIMIT}" in error.body["message"]
+        assert KEY_A not in error.body["message"]
+        # A bucket of 3 a minute frees one request every 20 s.
+        assert int(error.response.headers["retry-after"]) in range(15, 21)
+        assert error.response.headers["x-ratelimit-limit-requests"] == str(LIMIT)
+        assert error.response.headers["x-ratelimit-remaining-requests"] == "0"
+
+        with pytest.raises(anthropic.RateLimitError) as refused:
+            message(gateway, KEY_A)
+        assert refused.value.status_code == 429
+        assert isinstance(refused.value.body, dict)
+        assert refused.value.body["type"] == "error"
+        assert refused.value.body["error"]["type"] == "rate_limit_error"
+        headers = refused.value.response.headers
+        assert int(headers["retry-after"]) in range(15, 21)
+        assert headers["anthropic-ratelimit-requests-remaining"] == "0"
+
+    # Another key has its own buckets, on both gateways and both faces.
+    assert chat(a, KEY_B).choices
+    assert message(b, KEY_B).content is not None
+    rejected = sum(
+        metric_sum(g, "flashbox_admission_rejected_total", {"reason": "rate_limited"})
+        for g in fleet.gateways
+    )
+    assert rejected == 4
+    shared = sum(
+        metric_sum(g, "flashbox_rate_limited_total", {"source": "shared"}) for g in fleet.gateways
+    )
+    assert shared == 4
+
+
+def test_with_the_store_killed_requests_are_served_under_local_limits(fleet: Fleet) -> None:
+    fleet.store.kill()
+    a, b = fleet.gateways
+    # A fresh key: each gateway now lets LIMIT of its requests through, then refuses.
+    for gateway in (a, b):
+        for _ in range(LIMIT):
+            assert chat(gateway, KEY_C).choices
+        with pytest.raises(openai.RateLimitError) as info:
+            chat(gateway, KEY_C)
+        assert info.value.code == "rate_limit_exceeded"
+        assert metric_sum(gateway, "flashbox_state_up") == 0
+        assert metric_sum(gateway, "flashbox_rate_limited_total", {"source": "local"}) == 1
+    # And a key with room left is served: no request waits on the dead store.
+    assert message(a, KEY_B).content is not None
