@@ -8,7 +8,9 @@ enforces lives here, so an operator can see and change all of them in one file.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -172,6 +174,12 @@ class SharedStateSettings(_Section):
     # Every key the gateways write starts with this (several fleets may share one server).
     key_prefix: str = "flashbox:"
     max_connections: int = Field(default=64, gt=0)
+    # Turn reports (prompt tokens, prompt heads) written after the turn, in the background, many
+    # per round trip: at most this many wait; past it one is skipped (the next turn's carries
+    # the lineage's tokens again).
+    max_pending_writes: int = Field(default=32, gt=0)
+    # How long a turn's report waits for a fetch to carry it before it is sent on its own.
+    report_delay_s: float = Field(default=0.01, ge=0)
 
 
 class RoutingSettings(_Section):
@@ -256,6 +264,49 @@ class AdmissionSettings(_Section):
     retry_after_s: int = Field(default=1, ge=0)
 
 
+class KeyRateLimits(_Section):
+    """One key's own limits (rate_limits.keys); a field left unset takes the section's value."""
+
+    requests_per_minute: int | None = Field(default=None, ge=0)
+    tokens_per_minute: int | None = Field(default=None, ge=0)
+
+
+class RateLimitSettings(_Section):
+    """Per-API-key rate limits (gateway/ratelimit.py; docs/security.md, "Rate limits"): a
+    request over one is refused with 429 and Retry-After before any engine work. 0 = unlimited.
+    Without api_keys the limits apply per client address. With state_url they hold across the
+    fleet (docs/fleet.md); when the store fails, each gateway counts only its own traffic."""
+
+    requests_per_minute: int = Field(default=0, ge=0)
+    # Prompt + completion tokens of finished requests: charged after the fact, so one request
+    # can take a key past it; the key's next requests then wait until it has refilled.
+    tokens_per_minute: int = Field(default=0, ge=0)
+    # Overrides by key id: the first 12 hex digits of the key's sha256 (never the key itself;
+    # `printf %s "$KEY" | sha256sum | cut -c1-12`), or "addr:<ip>" for a client address.
+    keys: dict[str, KeyRateLimits] = Field(default_factory=dict)
+    # Keys (or addresses) whose buckets this gateway keeps in process; beyond it the one seen
+    # least recently is forgotten (its buckets start full again).
+    max_tracked_keys: int = Field(default=10_000, gt=0)
+
+    @field_validator("keys")
+    @classmethod
+    def _key_ids(cls, value: dict[str, KeyRateLimits]) -> dict[str, KeyRateLimits]:
+        for key_id in value:
+            if key_id.startswith("addr:"):
+                try:
+                    ipaddress.ip_address(key_id.removeprefix("addr:"))
+                except ValueError:
+                    raise ValueError(f"rate_limits.keys: {key_id!r} is not addr:<ip>") from None
+            elif not re.fullmatch(r"[0-9a-f]{12}", key_id):
+                # Refused so that config never holds a key, only its id.
+                raise ValueError(
+                    "rate_limits.keys are key ids: the first 12 hex digits of the key's sha256 "
+                    "(printf %s KEY | sha256sum | cut -c1-12), or addr:<ip>; got a "
+                    f"{len(key_id)}-character name"
+                )
+        return value
+
+
 class TimeoutSettings(_Section):
     """Deadlines on one engine request; a CPU prefill of a long prompt takes many minutes."""
 
@@ -312,6 +363,9 @@ class ResponsesSettings(_Section):
     store_max_entries: int = Field(default=1024, ge=0)
     store_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     store_ttl_s: float = Field(default=3600.0, gt=0)
+    # With state_url: a stored response bigger than this (response and conversation, as JSON)
+    # is kept only in this gateway's store. It must cross the network within state.timeout_s.
+    shared_max_entry_bytes: int = Field(default=1024 * 1024, ge=0)
 
 
 class ShutdownSettings(_Section):
@@ -376,8 +430,10 @@ class MediaSettings(_Section):
     max_request_image_tokens: int = Field(default=32_016, gt=0)
     # Container formats accepted (Pillow's names); GIF is sent as its first frame, as PNG.
     formats: list[ImageFormat] = Field(default_factory=lambda: list(IMAGE_FORMATS), min_length=1)
-    # Decode every pixel once: a truncated or corrupt image is then a 400 here instead of a
-    # RuntimeError that breaks the engine's stream. Costs CPU (bench: python -m bench media).
+    # Check every pixel's data once (PNG: every compressed row inflated and its filter byte
+    # read, gateway/media/png.py; JPEG: decoded at 1/8 scale; WebP: decoded): a truncated or
+    # corrupt image is then a 400 here instead of a RuntimeError that breaks the engine's
+    # stream. Costs CPU (bench: python -m bench media).
     full_decode: bool = True
     # Apply EXIF orientation (and send the result as PNG), as transformers' load_image does.
     # Off: SGLang itself ignores EXIF, and which convention the model was trained on is
@@ -424,6 +480,7 @@ class Settings(BaseSettings):
     render_offload: RenderOffloadSettings = Field(default_factory=RenderOffloadSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
+    rate_limits: RateLimitSettings = Field(default_factory=RateLimitSettings)
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     shutdown: ShutdownSettings = Field(default_factory=ShutdownSettings)

@@ -15,12 +15,13 @@ from gateway.core.heads import HeadTokens
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.relay import error_kind
 from gateway.errors import GatewayError
-from gateway.faces.responses.store import ResponseStore
+from gateway.faces.responses.store import StoredResponses
 from gateway.media import MediaResolver
 from gateway.observability.metrics import Metrics
 from gateway.observability.timeline import RequestRecord
 from gateway.parsers.base import ParserFactory
 from gateway.parsers.constraints import DecodingConstraintBuilder
+from gateway.ratelimit import RateLimiter
 from gateway.render.base import Renderer
 from gateway.routing import Replica, ReplicaPicker
 from gateway.routing.build import build_routing
@@ -45,7 +46,9 @@ class AppState:
     parser_factory: ParserFactory
     constraint_builder: DecodingConstraintBuilder
     reasoning_codec: ReasoningCodec
-    responses: ResponseStore
+    responses: StoredResponses
+    # Per-key rate limits (gateway.admission asks it; off unless rate_limits sets some).
+    limiter: RateLimiter
     media: MediaResolver
     # Prompt heads' token counts (gateway.core.heads), asked of the engine once per head.
     head_tokens: HeadTokens
@@ -87,7 +90,12 @@ def build_state(
     engine = EngineClient(settings.upstream, transport=transport, deadlines=settings.timeouts)
     dns_name = settings.discovery.dns_name
     source = None if dns_name is None else StaticReplicas([])
-    picker, prober = build_routing(settings, metrics, engine.control, source)
+    shared = (
+        None
+        if settings.state_url is None
+        else SharedStore(settings.state_url, settings.state, metrics)
+    )
+    picker, prober = build_routing(settings, metrics, engine.control, source, shared)
     discovery = None
     if dns_name is not None:
         if settings.engines:
@@ -103,22 +111,15 @@ def build_state(
         picker=picker,
         prober=prober,
         discovery=discovery,
-        shared=(
-            None
-            if settings.state_url is None
-            else SharedStore(settings.state_url, settings.state, metrics)
-        ),
+        shared=shared,
         renderer=load_renderer(settings.render),
         parser_factory=load_parser_factory(settings.model.family),
         constraint_builder=load_constraint_builder(settings.model.family),
         reasoning_codec=_reasoning_codec(settings),
         media=MediaResolver(settings.media, metrics),
         head_tokens=HeadTokens(settings.routing.head_table_size),
-        responses=ResponseStore(
-            max_entries=settings.responses.store_max_entries,
-            max_bytes=settings.responses.store_max_bytes,
-            ttl_s=settings.responses.store_ttl_s,
-        ),
+        responses=StoredResponses.build(settings.responses, metrics, shared),
+        limiter=RateLimiter(settings.rate_limits, metrics, shared),
     )
     prober.on_info = lambda: _follow_engine_image_bounds(state)
     return state
@@ -156,6 +157,7 @@ async def start(state: AppState) -> None:
         # The first lookup before the first probe, so that probe already sees the engines.
         await state.discovery.refresh()
         state.discovery.start()
+    await state.picker.prepare()
     await state.prober.probe_all()
     up = [r.name for r in state.picker.replicas if r.healthy]
     log.info("first health probe took %.3fs; replicas up: %s", time.perf_counter() - started, up)
@@ -165,6 +167,8 @@ async def start(state: AppState) -> None:
 async def stop(state: AppState) -> None:
     if state.discovery is not None:
         await state.discovery.stop()
+    # Routing's last store writes (turn reports) before the store's connections close.
+    await state.picker.aclose()
     if state.shared is not None:
         await state.shared.close()
     await state.prober.stop()

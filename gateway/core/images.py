@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gateway.errors import InvalidRequestError
@@ -73,14 +74,20 @@ def check_markers(prompt: str, markers: tuple[str, ...], images: int) -> None:
             )
 
 
-def stable_parts(messages: list[dict[str, object]], slots: ImageSlots) -> list[dict[str, object]]:
+def stable_parts(
+    messages: list[dict[str, object]], slots: ImageSlots, digests: Sequence[str] | None = None
+) -> list[dict[str, object]]:
     """The messages with each image's sentinel (random per request) replaced by a digest of
-    the image itself, for hashing a session's root: the same image is the same root."""
+    the image itself, for hashing a session's root: the same image is the same root.
+    `digests`: the checked images' own (CheckedImage.digest, by slot), computed off the event
+    loop by the media stage; without them the slot's URL is hashed here."""
     pattern = re.compile("\ue000" + re.escape(slots.nonce) + r":(\d+)\ue001")
 
     def digest(found: re.Match[str]) -> str:
-        url = slots.slots[int(found.group(1))].url
-        return "image:" + hashlib.sha256(url.encode()).hexdigest()
+        index = int(found.group(1))
+        if digests is not None:
+            return "image:" + digests[index]
+        return "image:" + hashlib.sha256(slots.slots[index].url.encode()).hexdigest()
 
     out: list[dict[str, object]] = []
     for message in messages:

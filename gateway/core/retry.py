@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from gateway.core.images import stable_parts
@@ -23,16 +24,20 @@ from gateway.routing.session_key import lineage_key, named_session, session_key
 from gateway.settings import RoutingSettings, Settings
 
 
-def request_session_key(request: CoreRequest, settings: RoutingSettings) -> str:
+def request_session_key(
+    request: CoreRequest, settings: RoutingSettings, digests: Sequence[str] | None = None
+) -> str:
     """The session's key: the one the client named (header, else body field), else the
-    conversation's root."""
+    conversation's root. `digests`: the request's images' own, by slot (see stable_parts)."""
     hints = request.session
     named = named_session(hints.header, hints.body, settings.session_fields)
     if named is not None:
         return named
     messages = request.messages
     if request.images:
-        messages = stable_parts(messages, request.images)
+        # The root is the leading system messages and the first user message: only those.
+        root = messages[: _first_user_index(messages) + 1]
+        messages = stable_parts(root, request.images, digests)
     return session_key(None, hints.body, (), messages, request.tools)
 
 
@@ -44,21 +49,24 @@ def route_context(
     head: str | None,
     head_tokens: int,
     images: list[CheckedImage],
+    order: list[int],
     image_tokens: int,
 ) -> RequestContext:
     """What routing sees of a request (gateway.routing.replica.RequestContext): its session,
-    its lineage within the session and the lineage's kind, its prompt head, its images."""
+    its lineage within the session and the lineage's kind, its prompt head, its images
+    (`images` in request order, `order` the prompt's)."""
     hints = request.session
     routing = settings.routing
     named = named_session(hints.header, hints.body, routing.session_fields)
     kind = declared_kind(hints.request_class, hints.conversation)
     tools = bool(request.tools)
-    image_digests = tuple(image.digest for image in images)
+    digests = [image.digest for image in images]
+    image_digests = tuple(digests[i] for i in order)
     if named is None:
         # One conversation per session: its root is its key, and its only lineage.
         return RequestContext(
             rid,
-            request_session_key(request, routing),
+            request_session_key(request, routing, digests),
             prompt,
             kind=kind,
             tools=tools,
@@ -70,7 +78,9 @@ def route_context(
     messages = request.messages
     if request.images:
         # Only the root's first user message goes into the key: sentinels become digests.
-        messages = stable_parts(messages[: _first_user_index(messages) + 1], request.images)
+        messages = stable_parts(
+            messages[: _first_user_index(messages) + 1], request.images, digests
+        )
     lineage = lineage_key(named, hints.conversation, head or "", messages)
     return RequestContext(
         rid,

@@ -54,6 +54,8 @@ class Run:
         self._keepalive_s = keepalive_s
         self._record = record
         self._scope_state = scope_state
+        # gateway.admission charges the request's tokens to its key's rate limit once it is over.
+        scope_state["record"] = record
         # The engine's rid (gateway.middleware makes it); the client's own id, for the engine's
         # logs, travels as the x-request-id header of /generate.
         self._rid: str = scope_state["rid"]
@@ -114,8 +116,9 @@ class Run:
         head, head_tokens = await self._head(prompt)
         # Keys are hashed here, before anything could log them (gateway.routing.session_key).
         ctx = self._ctx = route_context(
-            request, state.settings, self._rid, prompt, head, head_tokens, placed, image_tokens
-        )
+            request, state.settings, self._rid, prompt, head, head_tokens, images, order,
+            image_tokens,
+        )  # fmt: skip
         body = generate_body(request, prompt, self._rid, state.settings)
         if head_tokens:
             params = body["sampling_params"]
@@ -204,7 +207,7 @@ class Run:
         failed: list[str] = []
         rng: random.Random | None = None
         for attempt in range(1, settings.max_attempts + 1):
-            replica = state.picker.pick(ctx, exclude=failed).replica
+            replica = (await state.picker.route(ctx, exclude=failed)).replica
             self._take(replica)
             self._record.mark("route")
             self._upstream_sent = True

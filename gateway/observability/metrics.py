@@ -51,6 +51,14 @@ STAGES = ("queue", "media", "render", "route", "upstream_first_byte", "first_rea
           "first_content_token")  # fmt: skip
 # flashbox_upstream_aborts_total{phase}: where the request was when the client left.
 ABORT_PHASES = ("queued", "before_first_token", "streaming", "non_streaming")
+# flashbox_rate_limited_total{limit,source}: the per-key bucket a refused request hit, and where
+# it was counted: in the shared store, or in this gateway's own buckets (gateway/ratelimit.py).
+RATE_LIMITS = ("requests", "tokens")
+RATE_LIMIT_SOURCES = ("shared", "local")
+# flashbox_response_store_writes_total{outcome}: where a `store: true` response went: the shared
+# store, this gateway only (no state_url, or the store failed), or this gateway only because it
+# is over responses.shared_max_entry_bytes.
+RESPONSE_STORE_OUTCOMES = ("shared", "local", "local_too_large")
 # flashbox_media_*: where an image came from (a data: URL in the request, or a fetched URL).
 MEDIA_SOURCES = ("data", "url")
 # flashbox_media_rejected_total{reason}: one per refused request. Each reason is also the error
@@ -69,6 +77,9 @@ DISCOVERY_ERROR_REASONS = ("failed", "timeout", "empty")
 # flashbox_state_errors_total{kind}: a shared-store round trip that failed
 # (gateway/shared_state.py): it timed out, the connection failed, or the store answered an error.
 STATE_ERROR_KINDS = ("timeout", "connection", "error")
+# flashbox_state_claims_total{result}: what became of a placement written to the shared store
+# (gateway/routing/fleet.py).
+STATE_CLAIM_RESULTS = ("won", "same", "adopted", "unsent")
 # Shared-store round trips: loopback or one network hop, bounded by state.timeout_s (5 ms).
 STATE_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.1)
 MEDIA_BYTES_BUCKETS = (
@@ -194,6 +205,30 @@ class Metrics:
         self.response_store_bytes = Gauge(
             "flashbox_response_store_bytes", "Size of the kept responses.", registry=reg
         )
+        self.response_store_writes = Counter(
+            "flashbox_response_store_writes",
+            "Responses stored (store: true), by where they went (shared store or this gateway).",
+            ["outcome"], registry=reg,
+        )  # fmt: skip
+        # Per-key rate limits (gateway/ratelimit.py); also in admission_rejected as
+        # reason="rate_limited".
+        self.rate_limited = Counter(
+            "flashbox_rate_limited",
+            "Requests refused by a per-key rate limit, by the limit hit and where it was counted.",
+            ["limit", "source"], registry=reg,
+        )  # fmt: skip
+        self.rate_limit_checks = Counter(
+            "flashbox_rate_limit_checks",
+            "Rate-limit decisions, by where they were made: the shared store, or this gateway's "
+            "own buckets (no state_url, or the store failed).",
+            ["source"], registry=reg,
+        )  # fmt: skip
+        for outcome in RESPONSE_STORE_OUTCOMES:
+            self.response_store_writes.labels(outcome=outcome)
+        for source in RATE_LIMIT_SOURCES:
+            self.rate_limit_checks.labels(source=source)
+            for limit in RATE_LIMITS:
+                self.rate_limited.labels(limit=limit, source=source)
         for phase in ABORT_PHASES:
             self.upstream_aborts.labels(phase=phase)
 
@@ -261,6 +296,23 @@ class Metrics:
         )  # fmt: skip
         for kind in STATE_ERROR_KINDS:
             self.state_errors.labels(kind=kind)
+        # Placements written to the shared store (gateway/routing/fleet.py).
+        self.state_claims = Counter(
+            "flashbox_state_claims",
+            "Pins claimed in the shared store, by result: won (written), same (another gateway "
+            "had pinned the lineage to the same replica), adopted (it had pinned it elsewhere: "
+            "the request went there), unsent (the store did not answer: written once it "
+            "does).",
+            ["result"], registry=reg,
+        )  # fmt: skip
+        for result in STATE_CLAIM_RESULTS:
+            self.state_claims.labels(result=result)
+        self.state_writes_skipped = Counter(
+            "flashbox_state_writes_skipped",
+            "Turn reports not written to the shared store because state.max_pending_writes "
+            "were already waiting.",
+            registry=reg,
+        )
         for reason in MEDIA_REJECT_REASONS:
             self.media_rejected.labels(reason=reason)
 

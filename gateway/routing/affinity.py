@@ -34,7 +34,7 @@ from gateway.errors import NoReplicaError
 from gateway.routing import capacity
 from gateway.routing.lineage import MAIN, SIDE, HeadTable, SessionInfo, SessionTable
 from gateway.routing.picker import Outcome
-from gateway.routing.pins import PinTable
+from gateway.routing.pins import Pin, PinTable
 from gateway.routing.rendezvous import ranked
 from gateway.routing.replica import Replica, RequestContext
 from gateway.settings import RoutingSettings
@@ -116,6 +116,17 @@ class AffinityPicker:
         return self.pins.live(replica.name)
 
     # -- pick ------------------------------------------------------------------------------
+
+    async def route(self, ctx: RequestContext, exclude: Collection[str] = ()) -> AffinityPick:
+        """`pick`, with whatever the routing state needs around it: nothing in process;
+        the shared store's round trips in gateway.routing.fleet."""
+        return self.pick(ctx, exclude)
+
+    async def prepare(self) -> None:
+        """Nothing to prepare in process (gateway.routing.fleet loads its store scripts)."""
+
+    async def aclose(self) -> None:
+        """Nothing to finish in process (gateway.routing.fleet finishes its store writes)."""
 
     def pick(self, ctx: RequestContext, exclude: Collection[str] = ()) -> AffinityPick:
         now = self._clock()
@@ -215,7 +226,7 @@ class AffinityPicker:
                 if ctx.tools and not session.main_tools
                 else None
             )
-            pin = self.pins.retire(old) if why is not None else None
+            pin = self._retire(old) if why is not None else None
             if pin is not None:
                 log.info(
                     "retired lineage %s of session %s on %s (%s)",
@@ -265,10 +276,10 @@ class AffinityPicker:
 
     def _within_share(self, replica: Replica, usable: list[Replica], extra: int = 0) -> bool:
         budgets = {r.name: capacity.session_budget(r, self._settings) for r in usable}
-        sessions = sum(self.pins.charged(r.name) for r in usable) + 1
+        sessions = sum(self._charged(r.name) for r in usable) + 1
         share = sessions * budgets[replica.name] / sum(budgets.values())
         bound = math.ceil(share * (1 + self._settings.balance_slack)) + extra
-        return self.pins.charged(replica.name) + 1 <= bound
+        return self._charged(replica.name) + 1 <= bound
 
     def _placement(self, key: str, usable: list[Replica], affinity: str) -> Replica:
         # One replica (one GPU: the usual appliance) leaves nothing to rank or balance.
@@ -324,19 +335,27 @@ class AffinityPicker:
             None,
         )
 
+    def _charged(self, name: str) -> int:
+        """Checkpoints charged to a replica's budget (pins.py); gateway.routing.fleet counts
+        the whole fleet's."""
+        return self.pins.charged(name)
+
+    def _retire(self, key: str) -> Pin | None:
+        return self.pins.retire(key)
+
     def _has_room(self, replica: Replica) -> bool:
-        return self.pins.charged(replica.name) < capacity.session_budget(replica, self._settings)
+        return self._charged(replica.name) < capacity.session_budget(replica, self._settings)
 
     def _budgets(self, replicas: Sequence[Replica]) -> str:
         """For the log: each replica's charged sessions / budget, and requests open there."""
         return ", ".join(
-            f"{r.name} {self.pins.charged(r.name)}/"
+            f"{r.name} {self._charged(r.name)}/"
             f"{capacity.session_budget(r, self._settings)} open {r.in_flight}"
             for r in replicas
         )
 
     def _fill(self, replica: Replica) -> float:
-        return self.pins.charged(replica.name) / capacity.session_budget(replica, self._settings)
+        return self._charged(replica.name) / capacity.session_budget(replica, self._settings)
 
     def _chosen(
         self,

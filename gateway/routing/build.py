@@ -7,10 +7,13 @@ import httpx
 from gateway.observability.metrics import Metrics
 from gateway.routing.affinity import OUTCOMES, AffinityPicker
 from gateway.routing.discovery import ReplicaSource, StaticReplicas
+from gateway.routing.fleet import FleetPicker
 from gateway.routing.health import HealthProber
 from gateway.routing.lineage import KINDS
 from gateway.routing.replica import Replica
+from gateway.routing.shared_tables import SharedRoutingTables
 from gateway.settings import Settings
+from gateway.shared_state import SharedStore
 
 
 def build_routing(
@@ -18,6 +21,7 @@ def build_routing(
     metrics: Metrics,
     control: httpx.AsyncClient,
     source: ReplicaSource | None = None,
+    shared: SharedStore | None = None,
 ) -> tuple[AffinityPicker, HealthProber]:
     source = source or StaticReplicas(settings.engines)
     replicas = source.initial()
@@ -25,11 +29,25 @@ def build_routing(
     for outcome in OUTCOMES:
         for kind in KINDS:
             metrics.affinity.labels(outcome=outcome, lineage=kind)
-    picker = AffinityPicker(
-        replicas,
-        settings.routing,
-        lambda outcome, kind: metrics.child(metrics.affinity, outcome, kind).inc(),
-    )
+
+    def count(outcome: str, kind: str) -> None:
+        metrics.child(metrics.affinity, outcome, kind).inc()
+
+    picker: AffinityPicker
+    if shared is None:
+        picker = AffinityPicker(replicas, settings.routing, count)
+    else:
+        # Several gateways share the routing tables (docs/fleet.md).
+        picker = FleetPicker(
+            replicas,
+            settings.routing,
+            count,
+            SharedRoutingTables(shared, settings.routing),
+            claimed=lambda result: metrics.child(metrics.state_claims, result).inc(),
+            max_pending_writes=settings.state.max_pending_writes,
+            write_skipped=metrics.state_writes_skipped.inc,
+            report_delay_s=settings.state.report_delay_s,
+        )
 
     def replica_changed(replica: Replica) -> None:
         metrics.replica_up.labels(replica=replica.name).set(1 if replica.healthy else 0)

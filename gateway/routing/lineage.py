@@ -80,6 +80,9 @@ class SessionTable:
             self._sessions.move_to_end(key)
         return info
 
+    def peek(self, key: str) -> SessionInfo | None:
+        return self._sessions.get(key)
+
     def sweep(self, now: float) -> None:
         while self._sessions:
             key, info = next(iter(self._sessions.items()))
@@ -118,6 +121,12 @@ class HeadTable:
         else:
             self._heads.move_to_end(head)
         where[replica] = now
+
+    def merge(self, head: str, replica: str, used: float) -> None:
+        """What the shared store says (gateway.routing.fleet): kept if newer than ours."""
+        where = self._heads.get(head)
+        if where is None or where.get(replica, used - 1) < used:
+            self.put(head, replica, used)
 
     def drop(self, head: str, replica: str) -> None:
         """The engine did not have it after all (evicted): forget it there."""

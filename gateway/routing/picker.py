@@ -1,7 +1,8 @@
 """Replica choice (hop 3) behind one small interface.
 
-`pick` chooses a replica for a request; `report` tells the picker how the request went, so it
-can learn from outcomes. The implementation is gateway.routing.affinity (checkpoint-aware
+`pick` chooses a replica for a request (`route` wraps it in the shared store's round trips when
+gateways share routing state); `report` tells the picker how the request went, so it can learn
+from outcomes. The implementation is gateway.routing.affinity (checkpoint-aware
 session affinity, with consistent-hashing and round-robin policies as baselines).
 """
 
@@ -41,6 +42,19 @@ class ReplicaPicker(Protocol):
 
     def pick(self, ctx: RequestContext, exclude: Collection[str] = ()) -> Pick:
         """A replica for the request, not one named in `exclude` (those failed this request)."""
+        ...
+
+    async def route(self, ctx: RequestContext, exclude: Collection[str] = ()) -> Pick:
+        """`pick` with the routing state's own round trips around it (the shared store's,
+        when gateways share one: gateway.routing.fleet); what the request path calls."""
+        ...
+
+    async def prepare(self) -> None:
+        """Before the first request (at start)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Finish what routing still has to write (at shutdown)."""
         ...
 
     def live_sessions(self, replica: Replica) -> int:

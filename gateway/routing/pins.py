@@ -132,6 +132,30 @@ class PinTable:
                 self._count(evicted.replica, -1)
         return pin
 
+    def adopt(
+        self,
+        key: str,
+        replica: str,
+        now: float,
+        *,
+        kind: str,
+        last_prompt_tokens: int = 0,
+        images: tuple[str, ...] = (),
+    ) -> Pin:
+        """A pin as the shared store holds it (another gateway may have made or moved it;
+        gateway.routing.fleet). Moving it here leaves nothing charged where it was: the
+        gateway that moved it charged that in the store. The prompt tokens only grow within a
+        lineage, so a report of this gateway's not yet in the store is not undone."""
+        pin = self._pins.get(key)
+        if pin is None or pin.replica != replica or pin.kind != kind:
+            pin = self.put(key, replica, now, kind=kind)
+        else:
+            pin.last_used = max(pin.last_used, now)
+            self._pins.move_to_end(key)
+        if last_prompt_tokens > pin.last_prompt_tokens:
+            pin.last_prompt_tokens, pin.images = last_prompt_tokens, images
+        return pin
+
     def sweep(self, now: float) -> None:
         while self._pins:
             key, pin = next(iter(self._pins.items()))

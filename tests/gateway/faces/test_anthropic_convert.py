@@ -599,7 +599,7 @@ def test_session_header(headers: dict[str, str], user_id: str | None, expected: 
 
 
 def _route(core: CoreRequest) -> RequestContext:
-    return route_context(core, SETTINGS, "rid", "prompt", "head", 0, [], 0)
+    return route_context(core, SETTINGS, "rid", "prompt", "head", 0, [], [], 0)
 
 
 def test_a_subagent_is_its_own_lineage_of_its_session() -> None:

@@ -24,7 +24,7 @@ def test_a_child_session_is_a_conversation_of_its_parent() -> None:
     parent = parse_chat(BODY, SETTINGS, "ses_1").core
     child = parse_chat(BODY, SETTINGS, "ses_2", "ses_1").core
     assert (child.session.header, child.session.conversation) == ("ses_1", "ses_2")
-    routes = [route_context(c, SETTINGS, "rid", "p", "h", 0, [], 0) for c in (parent, child)]
+    routes = [route_context(c, SETTINGS, "rid", "p", "h", 0, [], [], 0) for c in (parent, child)]
     assert routes[0].session_key == routes[1].session_key
     assert routes[0].lineage != routes[1].lineage
     assert routes[1].kind == "subagent"

@@ -1,0 +1,380 @@
+"""Several gateways, one routing state: the flashbox policy with its tables in the shared store.
+
+With `state_url` set, every gateway of a fleet routes a lineage the same way: the pin one
+gateway wrote is the one the next gateway reads, with the last prompt tokens its verification
+expects, and the checkpoint budgets count every gateway's sessions (gateway.routing.
+shared_tables has the keys). `route` makes the store's round trips around the synchronous
+pick, each bounded by `state.timeout_s` (gateway.shared_state):
+
+1. fetch (one round trip, read only): the lineage's pin, and for a new lineage its session,
+   the session's main lineage and its head's replicas; when the pick may place the lineage,
+   every usable replica's charged count. They go into the local tables, which stay this
+   gateway's cache of the fleet's state. It carries the turn reports waiting.
+2. pick, on the local tables, as in process (gateway.routing.affinity), with the fleet's counts.
+3. claim (one round trip), only when the pick changed something: a new lineage, a failover, a
+   spill, or a pin the store lacks. Atomic: a gateway that lost a race for the same new
+   lineage gets the winner's replica back and sends the request there ("adopted").
+
+A pinned turn, the usual one, costs the fetch alone; each turn's prompt tokens, its pin's last
+use and its prompt head are reported after it ends (gateway.routing.write_back). The requests
+of one gateway that are likely to place a lineage (it has no pin for it) go through fetch,
+pick and claim one at a time, so each pick counts every placement the gateway made before it,
+as in process.
+
+When the store does not answer (run returns None, counted by SharedStore), the gateway routes
+on its local tables, rendezvous hashing (which gateways compute alike) and the fleet's counts
+as last read; the pins it makes or moves meanwhile are written back once the store answers
+(gateway.routing.write_back: the lineage's latest turn decides), and a pin the store lost (a
+restarted store) is written back by the next gateway that serves a turn of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection, Sequence
+
+from gateway.routing import capacity
+from gateway.routing.affinity import AffinityPick, AffinityPicker, _Pending
+from gateway.routing.picker import Outcome
+from gateway.routing.pins import Pin
+from gateway.routing.replica import Replica, RequestContext
+from gateway.routing.shared_tables import (
+    Claim,
+    Report,
+    SessionWrite,
+    SharedRoutingTables,
+    Snapshot,
+    StoredPin,
+)
+from gateway.routing.write_back import WriteBack
+from gateway.settings import RoutingSettings
+
+log = logging.getLogger("gateway.routing.fleet")
+
+# Picks that change a pin (a pinned turn changes nothing until its report).
+_PLACED = ("new", "head", "failover", "spill")
+
+
+class FleetPicker(AffinityPicker):
+    def __init__(
+        self,
+        replicas: Sequence[Replica],
+        settings: RoutingSettings,
+        count: Callable[[str, str], None],
+        tables: SharedRoutingTables,
+        *,
+        claimed: Callable[[str], None],
+        max_pending_writes: int,
+        write_skipped: Callable[[], None],
+        report_delay_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(replicas, settings, count, clock)
+        self._tables = tables
+        self._claimed = claimed
+        self.write_back = WriteBack(
+            tables,
+            self.pins,
+            clock,
+            claimed=claimed,
+            max_pending_writes=max_pending_writes,
+            write_skipped=write_skipped,
+            report_delay_s=report_delay_s,
+        )
+        # Replica -> (live lineages, charged checkpoints): the newest counts the store
+        # answered (fetches and claims both count; one answered late does not replace a newer
+        # one), plus this gateway's placements since. Kept while the store is away: the last
+        # fleet-wide count knows the other gateways' sessions, the local tables only those
+        # this gateway saw. Empty until the store answers (the local tables count then).
+        self._fleet: dict[str, tuple[int, int]] = {}
+        self._fleet_ms = 0
+        # Answers come out of order only within a round trip's bound (a later one is a
+        # timeout); a count older than that is the store's clock stepping back.
+        self._reorder_ms = tables.timeout_s * 1000
+        # Held from fetch to claim by a request for a lineage this gateway has no pin for (it
+        # is most likely placed now): each such pick then counts every placement this gateway
+        # made before it, as in process. Without it, picks made while other placements' claims
+        # are on their way, or after a fetch answered before those landed, would see replicas
+        # emptier than they are, and bounded loads would crowd them. Pinned turns never wait.
+        self._placing = asyncio.Lock()
+        # Lineages retired by the pick being made (written with its claim).
+        self._retiring: list[str] = []
+        # The store's clock minus this gateway's, ms, as the latest fetch measured (None: no
+        # fetch yet). Turns made while the store is away are dated with it.
+        self._offset_ms: float | None = None
+
+    async def prepare(self) -> None:
+        await self._tables.prepare()
+
+    # -- the store's round trips around the pick ---------------------------------------------
+
+    async def route(self, ctx: RequestContext, exclude: Collection[str] = ()) -> AffinityPick:
+        key = ctx.key
+        if self._settings.policy != "flashbox" or key is None:
+            return self.pick(ctx, exclude)
+        if self.pins.peek(key) is not None:
+            return await self._route(ctx, key, exclude)
+        async with self._placing:
+            return await self._route(ctx, key, exclude)
+
+    async def _route(self, ctx: RequestContext, key: str, exclude: Collection[str]) -> AffinityPick:
+        session = ctx.session_key if ctx.lineage is not None else None
+        head = ctx.head if ctx.head_tokens else None
+        usable = [r for r in self._replicas if r.healthy and not r.draining]
+        names = [r.name for r in usable]
+        # Counts matter to a pick that places; a pinned turn may spill only where requests
+        # queue (the store counts anyway for a lineage it has no pin for on a usable replica).
+        may_spill = self._settings.spill and any(
+            capacity.wait_s(r, self._settings) > 0 for r in usable
+        )
+        # The reports waiting ride along (gateway.routing.write_back).
+        reports = self.write_back.take_reports()
+        snapshot = await self._tables.fetch(
+            key,
+            session,
+            head,
+            names,
+            count=may_spill or self.pins.peek(key) is None,
+            reports=reports,
+        )
+        if snapshot is None and reports:
+            self.write_back.put_back(reports)
+        # From here to the claim nothing awaits: the pick sees this snapshot and no other.
+        now = self._clock()
+        if snapshot is not None:
+            self._offset_ms = snapshot.now_ms - now * 1000
+            self._apply(ctx, key, snapshot, now)
+        turn_ms = self._turn_ms(now)
+        # The pick replaces a pin it moves (PinTable.put): `before` keeps the old one.
+        before = self.pins.peek(key)
+        prior = before.replica if before is not None else ""
+        self._retiring = []
+        pick = self.pick(ctx, exclude)
+        retired, self._retiring = self._retiring, []
+        claim = self._claim_for(ctx, key, pick, snapshot, retired)
+        if claim is None:
+            if snapshot is None:
+                self.write_back.turned(key, turn_ms)
+            return pick
+        self._count_placement(key, pick, before)
+        claimed = None if snapshot is None else await self._tables.claim(claim, names)
+        if claimed is not None:
+            self._take_counts(claimed.now_ms, claimed.counts)
+        else:
+            # Written once the store answers (gateway.routing.write_back).
+            self.write_back.unsent(key, claim.expected if snapshot is not None else prior, turn_ms)
+            return pick
+        self._claimed(claimed.status)
+        self.write_back.sent(key)
+        if claimed.pin.replica == pick.replica.name:
+            return pick
+        return self._adopt(ctx, key, pick, claimed.pin)
+
+    def _apply(self, ctx: RequestContext, key: str, snapshot: Snapshot, now: float) -> None:
+        """The store's state into the local tables: they are the fallback's knowledge."""
+        if snapshot.counts is not None:
+            self._take_counts(snapshot.now_ms, snapshot.counts)
+        stored = snapshot.pin
+        ours = stored is not None and self._unsent_is_newer(key, stored)
+        if stored is not None and not ours:
+            self.pins.adopt(
+                key,
+                stored.replica,
+                now,
+                kind=stored.kind,
+                last_prompt_tokens=stored.last_prompt_tokens,
+                images=stored.images,
+            )
+        if snapshot.session is not None and ctx.session_key is not None:
+            info = self.sessions.touch(ctx.session_key, now)
+            info.main = snapshot.session.main
+            info.main_head = snapshot.session.main_head
+            info.main_tools = snapshot.session.main_tools
+            info.replica = snapshot.session.replica
+            main = snapshot.main_pin
+            if main is not None and info.main is not None:
+                self.pins.adopt(
+                    info.main,
+                    main.replica,
+                    now,
+                    kind=main.kind,
+                    last_prompt_tokens=main.last_prompt_tokens,
+                    images=main.images,
+                )
+        if ctx.head is not None:
+            for replica, age in snapshot.heads:
+                self.heads.merge(ctx.head, replica, now - age)
+
+    def _take_counts(self, now_ms: int, counts: dict[str, tuple[int, int]]) -> None:
+        if self._fleet_ms - self._reorder_ms <= now_ms < self._fleet_ms:
+            return  # answered after a newer count
+        self._fleet, self._fleet_ms = dict(counts), now_ms
+
+    def _unsent_is_newer(self, key: str, stored: StoredPin) -> bool:
+        """Whether this gateway's pin, made or moved while the store was away, stands over
+        the store's (gateway.routing.write_back): its turn came later."""
+        unsent = self.write_back.unsent_turn(key)
+        local = self.pins.peek(key)
+        if unsent is None or local is None or local.replica == stored.replica:
+            self.write_back.sent(key)
+            return False
+        expected, turn_ms = unsent
+        newer = stored.last_used_ms < turn_ms if turn_ms else stored.replica == expected
+        if not newer:
+            self.write_back.sent(key)
+        return newer
+
+    def _turn_ms(self, now: float) -> int:
+        return 0 if self._offset_ms is None else int(now * 1000 + self._offset_ms)
+
+    def _claim_for(
+        self,
+        ctx: RequestContext,
+        key: str,
+        pick: AffinityPick,
+        snapshot: Snapshot | None,
+        retired: list[str],
+    ) -> Claim | None:
+        pin = self.pins.peek(key)
+        if pin is None:
+            return None
+        stored = snapshot.pin if snapshot is not None else None
+        unsent = self.write_back.unsent_turn(key) is not None
+        if pick.affinity == "pinned":
+            in_store = stored is not None and stored.replica == pin.replica
+            if snapshot is None or (in_store and not unsent):
+                return None
+            # A pin the store lacks (restarted, or a write that failed), or one this gateway
+            # made or moved while the store was away: written through, unless another
+            # gateway writes one first.
+            mode = "move" if unsent else "nx"
+        elif pick.affinity in ("new", "head"):
+            mode = "nx"
+        elif pick.affinity in ("failover", "spill"):
+            mode = "move"
+        else:
+            return None
+        session: SessionWrite | None = None
+        if pick.affinity in ("new", "head") and ctx.session_key is not None:
+            info = self.sessions.peek(ctx.session_key)
+            if info is not None:
+                session = SessionWrite(ctx.session_key, info.main, info.main_head, info.main_tools)
+        return Claim(
+            key,
+            pin.replica,
+            pin.kind,
+            pin.last_prompt_tokens,
+            pin.images,
+            mode,
+            expected=stored.replica if stored is not None else "",
+            leave_behind=pick.affinity == "spill",
+            session=session,
+            retired=tuple(retired),
+        )
+
+    def _count_placement(self, key: str, pick: AffinityPick, before: Pin | None) -> None:
+        """This gateway's placement, counted at once, as PinTable.put counts it: until the
+        claim's answer counts it in the store, and while the store is away."""
+        pin = self.pins.peek(key)
+        if pick.affinity not in _PLACED or pin is None or pin is before:
+            return
+        self._bump(pin.replica, 1 if pin.durable else 0, 1)
+        if before is not None and before.durable and before.replica != pin.replica:
+            # A spill leaves its checkpoint charged where it was.
+            self._bump(before.replica, -1, 0 if pick.affinity == "spill" else -1)
+
+    def _bump(self, name: str, live: int, charged: int) -> None:
+        found = self._fleet.get(name)
+        if found is not None:
+            self._fleet[name] = (found[0] + live, found[1] + charged)
+
+    def _adopt(
+        self, ctx: RequestContext, key: str, pick: AffinityPick, stored: StoredPin
+    ) -> AffinityPick:
+        """Another gateway pinned the lineage first: this request goes where that pin is,
+        unless this gateway cannot use that replica (then the next turn settles it)."""
+        now = self._clock()
+        name = stored.replica
+        target = self._by_name.get(name)
+        if target is None or not (
+            target.healthy and not target.draining and target.breaker.allows(now)
+        ):
+            log.info(
+                "lineage %s: the store pins it to %s, which this gateway cannot use; sent to %s",
+                key[:12],
+                name,
+                pick.replica.name,
+            )
+            return pick
+        self.pins.adopt(
+            key,
+            name,
+            now,
+            kind=stored.kind,
+            last_prompt_tokens=stored.last_prompt_tokens,
+            images=stored.images,
+        )
+        if ctx.session_key is not None:
+            info = self.sessions.peek(ctx.session_key)
+            if info is not None:
+                info.replica = name
+        pending = self._pending.get(ctx.request_id)
+        if pending is not None and pending.affinity in ("head", "pinned"):
+            # What this gateway promised was for the replica it chose: a head's checkpoint
+            # there, or the turn it knew of there; the lineage moves, as a failover moves it.
+            affinity = "new" if pending.affinity == "head" else "failover"
+            self._pending[ctx.request_id] = _Pending(key, affinity, 0, pending.kind)
+            self._count(affinity, pending.kind)
+        # The half-open trial the pick granted is not made after all.
+        pick.replica.breaker.trial_in_flight = False
+        target.breaker.on_pick(now)
+        log.info(
+            "lineage %s: another gateway pinned it to %s first (this one chose %s)",
+            key[:12],
+            name,
+            pick.replica.name,
+        )
+        return AffinityPick(target, pick.affinity)
+
+    # -- what the pick reads -----------------------------------------------------------------
+
+    def _charged(self, name: str) -> int:
+        found = self._fleet.get(name)
+        return found[1] if found is not None else self.pins.charged(name)
+
+    def _retire(self, key: str) -> Pin | None:
+        self._retiring.append(key)
+        return super()._retire(key)
+
+    def live_sessions(self, replica: Replica) -> int:
+        found = self._fleet.get(replica.name)
+        return found[0] if found is not None else super().live_sessions(replica)
+
+    # -- after the turn ----------------------------------------------------------------------
+
+    def report(
+        self,
+        ctx: RequestContext,
+        replica: Replica,
+        outcome: Outcome,
+        *,
+        prompt_tokens: int = 0,
+        cached_tokens: int = 0,
+    ) -> None:
+        pending = ctx.request_id in self._pending
+        super().report(
+            ctx, replica, outcome, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens
+        )
+        if not pending or outcome is not Outcome.OK or prompt_tokens <= 0:
+            return
+        key = ctx.key
+        pin = self.pins.peek(key) if key is not None else None
+        pinned = key if pin is not None and pin.replica == replica.name else None
+        head = ctx.head if ctx.head_tokens and prompt_tokens > ctx.head_tokens else None
+        if pinned is not None or head is not None:
+            self.write_back.report(Report(pinned, replica.name, prompt_tokens, ctx.images, head))
+
+    async def aclose(self) -> None:
+        await self.write_back.aclose()
