@@ -147,31 +147,12 @@ def start_gateway(engines: Sequence[str], env: Mapping[str, str] | None = None) 
 
 
 @dataclass
-class RedisProc:
+class RedisProc(Proc):
     """A redis-server (the protocol Valkey speaks) on 127.0.0.1:port, nothing persisted."""
-
-    popen: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout)
-
-    def kill(self) -> None:
-        self.stop(signal.SIGKILL)
 
 
 def redis_server_binary() -> str | None:
