@@ -47,15 +47,19 @@ class SharedStore:
         self.prefix = settings.key_prefix
         self._metrics = metrics
         self._clock = clock
-        # redis-py's own socket timeouts bound a stuck connection; `run` bounds each call.
-        self.client: aioredis.Redis = aioredis.from_url(
+        # redis-py's own socket timeouts bound a stuck connection; `run` bounds each call. A
+        # blocking pool: a burst past max_connections waits for a free connection (within the
+        # call's own timeout) instead of failing with "too many connections".
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=settings.max_connections,
+            timeout=max(settings.timeout_s * 20, 0.1),
             socket_timeout=max(settings.timeout_s * 20, 0.1),
             socket_connect_timeout=settings.connect_timeout_s,
-            max_connections=settings.max_connections,
             health_check_interval=0,
             retry_on_timeout=False,
         )
+        self.client: aioredis.Redis = aioredis.Redis.from_pool(pool)  # owns and closes the pool
         self._skip_until = 0.0
         self.up = True
         metrics.state_up.set(1)
