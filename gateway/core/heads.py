@@ -8,6 +8,13 @@ there; the stock engine ignores the field. The count comes from the engine's own
 once per distinct head (a head ends before a special token, so its tokens are the prompt's
 first tokens), kept in a bounded LRU; concurrent first requests with one new head share one
 call.
+
+The field is sent only once a second session has shown the head: a head checkpoint holds a slot
+of the engine's small pool, and one that no other session will restore (a one-off system
+prompt) would hold it for nothing; with each session's own checkpoint beside it, that halves
+the sessions the pool keeps. The first session of a shared head pays its prefill as before; the
+second saves the head; the rest restore it. Sightings are per gateway (a fleet's gateways each
+wait for their own second session; the head's replicas themselves are shared).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from gateway.errors import GatewayError
 
@@ -30,10 +38,19 @@ def prompt_head(prompt: str, user_turn_marker: str) -> str | None:
     return prompt[:end] if end > 0 else None
 
 
+@dataclass(slots=True)
+class _Head:
+    tokens: int
+    # The first session seen with the head, until a second one shows it ("shared").
+    first: str | None = None
+    seen: bool = False
+    shared: bool = False
+
+
 class HeadTokens:
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
-        self._known: OrderedDict[str, int] = OrderedDict()
+        self._known: OrderedDict[str, _Head] = OrderedDict()
         self._counting: dict[str, asyncio.Future[int]] = {}
 
     def __len__(self) -> int:
@@ -44,7 +61,7 @@ class HeadTokens:
         known = self._known.get(digest)
         if known is not None:
             self._known.move_to_end(digest)
-            return known
+            return known.tokens
         pending = self._counting.get(digest)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -59,8 +76,21 @@ class HeadTokens:
         finally:
             del self._counting[digest]
             future.set_result(tokens)
-        if tokens:
-            self._known[digest] = tokens
+        if tokens and digest not in self._known:
+            self._known[digest] = _Head(tokens)
             while len(self._known) > self.max_entries:
                 self._known.popitem(last=False)
         return tokens
+
+    def shared(self, digest: str, session: str | None) -> bool:
+        """Whether a session other than the first one seen has shown this (counted) head; a
+        request without a session key counts as a session of its own."""
+        head = self._known.get(digest)
+        if head is None:
+            return False
+        if not head.shared:
+            if not head.seen:
+                head.seen, head.first = True, session
+            elif session is None or session != head.first:
+                head.shared = True
+        return head.shared

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gateway.core.answer import Collector, Finish, StreamEncoder, Usage
@@ -37,8 +38,11 @@ class Relay:
         parser: OutputParser,
         differ: TextDiffer,
         record: RequestRecord,
+        on_first_token: Callable[[], None] | None = None,
     ) -> None:
         self._engine = engine
+        # Told once, when the engine's first token arrives (its prefill is done).
+        self._on_first_token = on_first_token
         self._parser = parser
         self._differ = differ
         self._record = record
@@ -88,6 +92,9 @@ class Relay:
     def _note_firsts(self, parsed: list[ParsedDelta], now: float) -> None:
         record = self._record
         record.first_token(now)
+        if self._on_first_token is not None:
+            self._on_first_token()
+            self._on_first_token = None
         self.streamed_tokens = True
         for delta in parsed:
             if isinstance(delta, ReasoningDelta):

@@ -9,6 +9,7 @@ costs the engine an abort_request.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from functools import partial
@@ -63,6 +64,8 @@ class Run:
         self._tool_choice = request.tool_choice
         self._ctx: RequestContext | None = None
         self._replica: Replica | None = None
+        # The prefill this request added to its replica's queue, until its first token.
+        self._prefill_s = 0.0
         self._relay: Relay | None = None
         self._upstream_sent = False
         self._outcome = Outcome.OK
@@ -115,12 +118,15 @@ class Run:
         image_tokens = extra_tokens(placed)
         head, head_tokens = await self._head(prompt)
         # Keys are hashed here, before anything could log them (gateway.routing.session_key).
-        ctx = self._ctx = route_context(
+        ctx = route_context(
             request, state.settings, self._rid, prompt, head, head_tokens, images, order,
             image_tokens,
         )  # fmt: skip
+        if head is not None and head_tokens and state.head_tokens.shared(head, ctx.session_key):
+            ctx = dataclasses.replace(ctx, save_head=True)
+        self._ctx = ctx
         body = generate_body(request, prompt, self._rid, state.settings)
-        if head_tokens:
+        if ctx.save_head:
             params = body["sampling_params"]
             params["custom_params"] = {"flashbox_head_tokens": head_tokens}
         if placed:
@@ -149,6 +155,7 @@ class Run:
             parser=parser,
             differ=TextDiffer(incremental=state.settings.upstream.incremental_output),
             record=record,
+            on_first_token=self._prefilled,
         )
         return self._relay
 
@@ -207,8 +214,9 @@ class Run:
         failed: list[str] = []
         rng: random.Random | None = None
         for attempt in range(1, settings.max_attempts + 1):
-            replica = (await state.picker.route(ctx, exclude=failed)).replica
-            self._take(replica)
+            pick = await state.picker.route(ctx, exclude=failed)
+            replica = pick.replica
+            self._take(replica, pick.prefill_s)
             self._record.mark("route")
             self._upstream_sent = True
             try:
@@ -227,18 +235,28 @@ class Run:
                 await asyncio.sleep(backoff_s(attempt, settings, rng))
         raise AssertionError("unreachable: the last attempt re-raises")
 
-    def _take(self, replica: Replica) -> None:
+    def _take(self, replica: Replica, prefill_s: float) -> None:
         self._replica = replica
+        self._prefill_s = prefill_s
+        replica.prefill_s += prefill_s
         self._scope_state["replica"] = replica.name
         replica.in_flight += 1
         metrics = self._state.metrics
         metrics.child(metrics.replica_in_flight, replica.name).inc()
 
     def _untake(self, replica: Replica) -> None:
+        self._prefilled()
         self._replica = None
         self._upstream_sent = False
         replica.in_flight -= 1
         self._state.metrics.replica_in_flight.labels(replica=replica.name).dec()
+
+    def _prefilled(self) -> None:
+        """The replica answered (or the request is over): its prefill left the queue."""
+        if self._replica is not None and self._prefill_s:
+            # Clamped: float sums drift, and a queue is never negative.
+            self._replica.prefill_s = max(0.0, self._replica.prefill_s - self._prefill_s)
+        self._prefill_s = 0.0
 
     async def _client_gone(self) -> None:
         self._outcome = Outcome.CLIENT_GONE
@@ -266,6 +284,7 @@ class Run:
         replica, ctx = self._replica, self._ctx
         if replica is None or ctx is None:
             return
+        self._prefilled()
         replica.in_flight -= 1
         metrics = self._state.metrics
         metrics.child(metrics.replica_in_flight, replica.name).dec()

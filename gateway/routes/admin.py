@@ -55,6 +55,8 @@ def _describe(state: AppState, replica: Replica) -> dict[str, object]:
         "live_sessions": state.picker.live_sessions(replica),
         "session_budget": capacity.session_budget(replica, settings),
         "in_flight": replica.in_flight,
+        # Estimated engine seconds of prefill sent here and not yet answered.
+        "queued_prefill_s": round(replica.prefill_s, 3),
         "checkpoint_slots": capacity.slots(replica, settings),
         "track_interval": capacity.track_interval(replica, settings),
     }

@@ -14,9 +14,11 @@ subagents, side requests, the conversation restarted after compaction) is pinned
 its own, so a side request is never compared with the main conversation. A new lineage goes,
 in order, where its prompt head's checkpoint is ("head": verified as head_hit or head_miss),
 where its session's other lineages are, or to its rendezvous choice; each within the replica's
-budget and share. A turn that adds an image while older ones remain loses the cache from the
-first older image on (the engine hashes a request's images as one bundle: MEDIA.md 3.5) and is
-counted as "media_reset", not verified.
+budget and share. Among the replicas holding its head it takes the one with the least prefill
+queued (Replica.prefill_s), and goes cold elsewhere when that queue costs more than the head
+saves (which also puts the head's checkpoint there). A turn that adds an image while older
+ones remain loses the cache from the first older image on (the engine hashes a request's images
+as one bundle: MEDIA.md 3.5) and is counted as "media_reset", not verified.
 
 Baselines for the benchmark: consistent_hash (first rendezvous choice, no pins, no capacity)
 and round_robin.
@@ -63,6 +65,8 @@ OUTCOMES = (
 class AffinityPick:
     replica: Replica
     affinity: str
+    # The prefill this request adds to the replica's queue (capacity.prefill_s).
+    prefill_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,20 +250,51 @@ class AffinityPicker:
         session: SessionInfo | None,
         now: float,
     ) -> tuple[Replica, str, int]:
-        if ctx.head is not None and ctx.head_tokens:
-            held = self.heads.replicas(ctx.head, now)
-            # In the lineage's own rendezvous order: every session of a project has the same
-            # head, and one order for all would fill the same replica first every time.
-            for replica in ranked(key, usable) if held else ():
-                if replica.name in held and self._fits(replica, usable, kind, extra=1):
-                    interval = capacity.track_interval(replica, self._settings)
-                    expected = ctx.head_tokens // interval * interval
-                    return replica, "head" if expected else "new", expected
+        cold = self._cold_target(key, kind, usable, session)
+        if ctx.head is None or not ctx.head_tokens:
+            return cold, "new", 0
+        held = self.heads.replicas(ctx.head, now)
+        # In the lineage's own rendezvous order, which breaks ties: every session of a project
+        # has the same head, and one order for all would fill the same replica first every time.
+        holders = [
+            r
+            for r in (ranked(key, usable) if held else ())
+            if r.name in held and self._fits(r, usable, kind, extra=1)
+        ]
+        if not holders:
+            return cold, "new", 0
+        settings = self._settings
+        tokens = capacity.prompt_tokens(len(ctx.prompt), ctx.image_tokens, settings)
+        # The one whose queue ends first: a head hit behind another session's cold prefill
+        # waits as long as the prefill it saves.
+        best = min(holders, key=lambda r: r.prefill_s)
+        interval = capacity.track_interval(best, settings)
+        expected = ctx.head_tokens // interval * interval
+        if not expected:
+            return best, "new", 0
+        there = best.prefill_s + capacity.prefill_s(tokens, expected, settings)
+        elsewhere = cold.prefill_s + capacity.prefill_s(tokens, 0, settings)
+        if cold.name not in held and elsewhere < there:
+            log.info(
+                "head %s: queue at %s (%.0f s) costs more than a cold prefill at %s",
+                ctx.head[:12],
+                best.name,
+                best.prefill_s,
+                cold.name,
+            )
+            return cold, "new", 0
+        return best, "head", expected
+
+    def _cold_target(
+        self, key: str, kind: str, usable: list[Replica], session: SessionInfo | None
+    ) -> Replica:
+        """Where a new lineage goes without a head's checkpoint: with its session's other
+        lineages when that replica has room and share, else its rendezvous choice."""
         if session is not None and session.replica is not None:
             together = self._by_name.get(session.replica)
             if together is not None and together in usable and self._fits(together, usable, kind):
-                return together, "new", 0
-        return self._placement(key, usable, "new"), "new", 0
+                return together
+        return self._placement(key, usable, "new")
 
     def _fits(self, replica: Replica, usable: list[Replica], kind: str, extra: int = 0) -> bool:
         """Whether a new lineage may join `replica` rather than its rendezvous choice: a side
@@ -371,7 +406,9 @@ class AffinityPicker:
             self._pending[ctx.request_id] = pending
         if affinity not in ("pinned", "head"):
             self._count(affinity, kind)
-        return AffinityPick(replica, affinity)
+        cached = pending.expected_cached if pending is not None else 0
+        tokens = capacity.prompt_tokens(len(ctx.prompt), ctx.image_tokens, self._settings)
+        return AffinityPick(replica, affinity, capacity.prefill_s(tokens, cached, self._settings))
 
     # -- report ----------------------------------------------------------------------------
 
@@ -422,14 +459,30 @@ class AffinityPicker:
         if ok and pin is not None and pin.replica == replica.name:
             pin.last_prompt_tokens = prompt_tokens
             pin.images = ctx.images
-        if ok and ctx.head is not None and ctx.head_tokens and prompt_tokens > ctx.head_tokens:
-            # The engine saved the head's checkpoint there, or restored (and so touched) it.
+        # A turn that passes through a head checkpoint the replica holds touches it too (the
+        # engine patch keeps heads most recently used while their sessions go on).
+        if (
+            ok
+            and ctx.head is not None
+            and 0 < ctx.head_tokens < prompt_tokens
+            and (
+                saved_head(ctx, pending.affinity, cached_tokens)
+                or replica.name in self.heads.replicas(ctx.head, now)
+            )
+        ):
             self.heads.put(ctx.head, replica.name, now)
             self.pins.leave(replica.name, "head:" + ctx.head, now)
 
     def forget(self, ctx: RequestContext) -> None:
         """Drop what pick noted for a request that never reached the engine."""
         self._pending.pop(ctx.request_id, None)
+
+
+def saved_head(ctx: RequestContext, affinity: str, cached_tokens: int) -> bool:
+    """Whether the engine put the turn's head checkpoint where it served it: restored it
+    there, or was asked to save it and prefilled through the head's end (a turn restored from
+    a later checkpoint of its own session never computes the head's state)."""
+    return affinity == "head" or (ctx.save_head and cached_tokens < ctx.head_tokens)
 
 
 def _adds_image(before: tuple[str, ...], now: tuple[str, ...]) -> bool:

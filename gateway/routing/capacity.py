@@ -14,6 +14,12 @@ new suffix. Staying costs the wait for a running slot at its replica. Both in en
     miss_extra_s(tokens) = max(0, tokens / prefill_tokens_per_s - hit_ttft_s)
     wait_s(replica)      = max(0, in_flight + 1 - max_running) * service_s / max_running
 
+The prefill a request adds to its replica's queue, for placing a new lineage where its head's
+checkpoint is or elsewhere (the engine prefills one batch at a time, so a prompt waits behind
+the ones sent before it):
+
+    prefill_s(tokens, cached) = max(hit_ttft_s, (tokens - cached) / prefill_tokens_per_s)
+
 A pinned session spills only when wait_s(pinned) > 2 miss_extra_s(context) — its own miss, and
 the one its stale checkpoint causes in the pool it left once that pool is full — and only to a
 replica with a free running slot (wait_s = 0) and room in its budget: a re-prefill added to
@@ -59,3 +65,14 @@ def wait_s(replica: Replica, settings: RoutingSettings) -> float:
 def miss_extra_s(prompt_chars: int, settings: RoutingSettings) -> float:
     tokens = prompt_chars / settings.chars_per_token
     return max(0.0, tokens / settings.prefill_tokens_per_s - settings.hit_ttft_s)
+
+
+def prompt_tokens(prompt_chars: int, extra_tokens: int, settings: RoutingSettings) -> float:
+    """A prompt's tokens estimated from its characters, plus what images add."""
+    return prompt_chars / settings.chars_per_token + extra_tokens
+
+
+def prefill_s(tokens: float, cached_tokens: int, settings: RoutingSettings) -> float:
+    """Engine seconds until a prompt's first token with `cached_tokens` restored: a hit's floor
+    (the restore and the suffix), or the cold prefill of what is not cached."""
+    return max(settings.hit_ttft_s, (tokens - cached_tokens) / settings.prefill_tokens_per_s)

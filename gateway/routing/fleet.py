@@ -336,7 +336,8 @@ class FleetPicker(AffinityPicker):
             name,
             pick.replica.name,
         )
-        return AffinityPick(target, pick.affinity)
+        tokens = capacity.prompt_tokens(len(ctx.prompt), ctx.image_tokens, self._settings)
+        return AffinityPick(target, pick.affinity, capacity.prefill_s(tokens, 0, self._settings))
 
     # -- what the pick reads -----------------------------------------------------------------
 
@@ -372,7 +373,13 @@ class FleetPicker(AffinityPicker):
         key = ctx.key
         pin = self.pins.peek(key) if key is not None else None
         pinned = key if pin is not None and pin.replica == replica.name else None
-        head = ctx.head if ctx.head_tokens and prompt_tokens > ctx.head_tokens else None
+        # report put the head there when the engine saved, restored or passed through it.
+        held = (
+            ctx.head is not None
+            and 0 < ctx.head_tokens < prompt_tokens
+            and replica.name in self.heads.replicas(ctx.head, self._clock())
+        )
+        head = ctx.head if held else None
         if pinned is not None or head is not None:
             self.write_back.report(Report(pinned, replica.name, prompt_tokens, ctx.images, head))
 

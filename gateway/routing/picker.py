@@ -35,6 +35,11 @@ class Pick(Protocol):
         """Bounded label for flashbox_affinity_total{outcome}."""
         ...
 
+    @property
+    def prefill_s(self) -> float:
+        """The prefill the request adds to the replica's queue (Replica.prefill_s)."""
+        ...
+
 
 class ReplicaPicker(Protocol):
     @property

@@ -14,6 +14,10 @@ class Replica:
     base_url: str
     healthy: bool = False
     in_flight: int = 0
+    # Engine seconds of prefill this gateway has sent here and not yet seen answered (no first
+    # token yet), as estimated at the pick (capacity.prefill_s): the queue a new prompt waits
+    # behind, since the engine prefills one batch at a time.
+    prefill_s: float = 0.0
     # Set by POST /admin/replicas/{name}/drain: no new work; its sessions move on their next turn.
     draining: bool = False
     # Set by DNS discovery when the replica's address left the answer: not probed, so it stays
@@ -58,9 +62,13 @@ class RequestContext:
     kind: str | None = None
     tools: bool = True
     # Digest of the rendered prompt's head (system prompt and tools, up to the first user turn),
-    # and its tokens when the engine was asked to checkpoint it (0: not asked).
+    # and its tokens when it is long enough to be worth a checkpoint (0: not).
     head: str | None = None
     head_tokens: int = 0
+    # Whether /generate asks the engine to save the head's checkpoint: only once a second
+    # session has shown the head (gateway.core.heads), else each session's unique head would
+    # hold a pool slot of its own.
+    save_head: bool = False
     # The client compacted the conversation: the session's previous main lineage is over.
     compacted: bool = False
     # Digests of the request's images in prompt order, and what they add to the text's tokens.

@@ -196,18 +196,21 @@ def test_compaction_frees_the_old_lineage(stack: tuple[list[Proc], Proc]) -> Non
 
 
 def test_a_new_session_restores_the_prompt_head_of_another(stack: tuple[list[Proc], Proc]) -> None:
-    """Two sessions of one client and project: the same system prompt and tools, different
-    first messages. The second session's first turn restores the head's checkpoint."""
+    """Sessions of one client and project: the same system prompt and tools, different first
+    messages. The first session's head is not checkpointed (no other session may share it);
+    the second one's is, and the third session's first turn restores it."""
     _, gateway = stack
     system = "You are Claude Code in project X. " + synthetic_text(2400, seed=4)
     head_hits = affinity(gateway, "head_hit", "main")
     with client_for(gateway) as client:
-        _, first_cached, first_replica = ChatConversation("head-1", system, "task one", TOOLS).turn(
-            client
-        )
+        _, first_cached, _ = ChatConversation("head-1", system, "task one", TOOLS).turn(client)
         assert first_cached == 0
-        prompt, cached, replica = ChatConversation("head-2", system, "task two", TOOLS).turn(client)
-    assert replica == first_replica
+        _, saved_cached, saver = ChatConversation("head-2", system, "task two", TOOLS).turn(client)
+        # Nothing to restore yet: the first session's head was not saved.
+        assert saved_cached == 0
+        assert affinity(gateway, "head_hit", "main") == head_hits
+        prompt, cached, replica = ChatConversation("head-3", system, "task 3", TOOLS).turn(client)
+    assert replica == saver
     # The head (system + tools) is most of the prompt; the checkpoint sits at its end.
     assert cached >= (prompt - 200) // TRACK * TRACK - TRACK > 0
     assert affinity(gateway, "head_hit", "main") == head_hits + 1

@@ -301,12 +301,14 @@ async def _drive(base_url: str, load: Load) -> LoadResult:
             *(_session(client, model, i, load, out) for i in range(load.sessions)), *extra
         )
         if load.misbehave:
-            # A new session with session 0's system prompt: placed where that prompt head's
-            # checkpoint is (with routing.min_head_tokens below the prompt's size).
-            reuse = functools.partial(
-                _turn, client, model, _first_messages(0, load), "monitoring-head", load
-            )
-            await _admitted(reuse, out)
+            # Two new sessions with session 0's system prompt (routing.min_head_tokens is below
+            # its size): the first is its second session, which saves the head's checkpoint;
+            # the next one is placed where that checkpoint is and restores it.
+            for name in ("monitoring-head", "monitoring-head-2"):
+                reuse = functools.partial(
+                    _turn, client, model, _first_messages(0, load), name, load
+                )
+                await _admitted(reuse, out)
             out.head_reuses += 1
     return out
 

@@ -35,7 +35,8 @@ class Rig:
 
     def ctx(self, session: str, lineage: str, **fields: object) -> RequestContext:
         self._rid += 1
-        return RequestContext(f"rid-{self._rid}", session, "p", lineage=lineage, **fields)  # type: ignore[arg-type]
+        prompt = str(fields.pop("prompt", "p"))
+        return RequestContext(f"rid-{self._rid}", session, prompt, lineage=lineage, **fields)  # type: ignore[arg-type]
 
     def turn(
         self, session: str, lineage: str, prompt_tokens: int, cached: int, **fields: object
@@ -154,7 +155,7 @@ def _head_turn(rig: Rig, session: str, head: dict[str, object]) -> tuple[Replica
 
 def test_a_new_session_goes_where_its_head_checkpoint_is() -> None:
     rig = Rig()
-    head = {"head": "cc-head", "head_tokens": 30_100}
+    head = {"head": "cc-head", "head_tokens": 30_100, "save_head": True}
     first, _ = _head_turn(rig, "s1", head)
     # A session whose own rendezvous choice is elsewhere still starts where the head is.
     other = next(
@@ -166,7 +167,7 @@ def test_a_new_session_goes_where_its_head_checkpoint_is() -> None:
 
 def test_a_head_checkpoint_the_engine_lost_is_a_head_miss() -> None:
     rig = Rig()
-    head = {"head": "cc-head", "head_tokens": 30_100}
+    head = {"head": "cc-head", "head_tokens": 30_100, "save_head": True}
     rig.turn("s1", "s1-main", 34_000, 0, **head)
     rig.turn("s2", "s2-main", 33_000, 0, **head)
     assert rig.counts[("head_miss", "main")] == 1
@@ -177,7 +178,7 @@ def test_sessions_of_one_project_share_heads_and_stay_balanced() -> None:
     that saw it first: past its share, the next choice takes them and saves the head there
     too, after which every new session starts from a head checkpoint."""
     rig = Rig(checkpoint_slots=64, max_running_requests=4)
-    head = {"head": "cc-head", "head_tokens": 30_100}
+    head = {"head": "cc-head", "head_tokens": 30_100, "save_head": True}
     turns = [_head_turn(rig, f"s{i}", head) for i in range(60)]
     placed = Counter(replica.name for replica, _ in turns)
     # One cold head per replica; every other session restores one.
@@ -199,3 +200,60 @@ def test_a_turn_that_adds_an_image_is_a_media_reset() -> None:
     rig.turn("s", "m", 5_000, 0)
     rig.turn("s", "m", 6_000, 4_864, images=("c",))
     assert rig.outcomes() == {"new": 2, "hit": 2, "media_reset": 1}
+
+
+def test_a_pinned_turn_does_not_claim_a_head_it_never_computed() -> None:
+    """Once a head is shared, every request with it asks the engine to save it; a session's
+    later turn restores from its own checkpoint past the head, so the engine computes no head
+    state there, and the replica must not be taken for a holder of the head."""
+    rig = Rig()
+    head = {"head": "cc-head", "head_tokens": 30_100, "save_head": True}
+    first = rig.turn("s1", "s1-main", 33_000, 0, head="cc-head", head_tokens=30_100)
+    # s1's next turn, after the head became shared: restored from s1's own checkpoint.
+    assert rig.turn("s1", "s1-main", 36_000, 32_768, **head) is first
+    assert rig.picker.heads.replicas("cc-head", rig.clock.now) == []
+    # The next session saves it (a cold prefill through the head's end) and is a holder.
+    saver = rig.turn("s2", "s2-main", 33_000, 0, **head)
+    assert rig.picker.heads.replicas("cc-head", rig.clock.now) == [saver.name]
+
+
+# 33k tokens at RoutingSettings.chars_per_token (4).
+PROMPT_33K = "p" * 132_000
+
+
+def _queued_head_rig() -> tuple[Rig, dict[str, object], Replica]:
+    rig = Rig()
+    head = {"head": "cc-head", "head_tokens": 30_100, "save_head": True}
+    holder, _ = _head_turn(rig, "s0", head)
+    return rig, head, holder
+
+
+def test_a_new_session_goes_cold_when_the_heads_queue_costs_more() -> None:
+    """The engine prefills one batch at a time: behind three cold prefills at the head's
+    replica (~70 s), restoring the head costs more than prefilling it on an idle replica."""
+    rig, head, holder = _queued_head_rig()
+    holder.prefill_s = 70.0
+    c = rig.ctx("s1", "s1-main", prompt=PROMPT_33K, **head)
+    pick = rig.picker.pick(c)
+    assert pick.replica is not holder
+    assert pick.affinity == "new"
+    # What it adds to its replica's queue: a cold prefill of the whole prompt.
+    assert pick.prefill_s == 33_000 / RoutingSettings().prefill_tokens_per_s
+    # A short queue is worth waiting for: the head saves ~16 s of prefill.
+    holder.prefill_s = 5.0
+    c = rig.ctx("s2", "s2-main", prompt=PROMPT_33K, **head)
+    assert rig.picker.pick(c).replica is holder
+
+
+def test_among_head_holders_the_shortest_queue_wins() -> None:
+    rig, head, holder = _queued_head_rig()
+    # A second holder: a session placed elsewhere saved the head there too.
+    other = next(r for r in rig.replicas if r is not holder)
+    c = rig.ctx("s1", "s1-main", prompt=PROMPT_33K, **head)
+    rig.picker.heads.put("cc-head", other.name, rig.clock.now)
+    holder.prefill_s, other.prefill_s = 30.0, 10.0
+    pick = rig.picker.pick(c)
+    assert (pick.replica, pick.affinity) == (other, "head")
+    holder.prefill_s, other.prefill_s = 10.0, 30.0
+    c = rig.ctx("s2", "s2-main", prompt=PROMPT_33K, **head)
+    assert rig.picker.pick(c).replica is holder
