@@ -133,6 +133,10 @@ class DiscoverySettings(_Section):
     timeout_s: float = Field(default=5.0, gt=0)
     # Addresses taken from one answer; beyond it the replicas already in use are kept first.
     max_replicas: int = Field(default=64, gt=0)
+    # A replica gone from the answer this long, with no request open there, is dropped from
+    # the routing list (pods' addresses change with every restart: kept, the list would grow
+    # by one for every address ever seen). Back after that, it is a new replica.
+    forget_after_s: float = Field(default=3600.0, gt=0)
     # A dual-stack Service answers once per family for each pod: one engine would count twice.
     address_family: Literal["ipv4", "ipv6", "any"] = "ipv4"
     # "host:port" of a DNS server asked directly over UDP instead of the system resolver (tests,

@@ -101,8 +101,9 @@ def build_state(
         if settings.engines:
             log.info("discovery.dns_name is set: the engines list %s is not used", settings.engines)
         discovery = DnsReplicas(
-            settings.discovery, resolver_for(settings.discovery), metrics, picker.add
-        )
+            settings.discovery, resolver_for(settings.discovery), metrics, picker.add,
+            picker.remove,
+        )  # fmt: skip
     state = AppState(
         settings=settings,
         metrics=metrics,

@@ -7,6 +7,7 @@ the other labels take values from fixed sets in the code.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Hashable, Iterable
 from typing import TypeVar
 
@@ -335,6 +336,16 @@ class Metrics:
         line or label kept for every address a pod ever had). flashbox_replica_in_flight stays:
         requests still open there count down on it."""
         self.replica_up.remove(name)
+
+    def drop_replica(self, name: str) -> None:
+        """A replica routing forgot (gone from DNS long enough, nothing open there): its
+        flashbox_replica_in_flight series ends too, and its cached children go."""
+        with contextlib.suppress(KeyError):
+            self.replica_up.remove(name)
+        with contextlib.suppress(KeyError):
+            self.replica_in_flight.remove(name)
+        for key in [key for key in self._children if name in key[1]]:
+            del self._children[key]
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

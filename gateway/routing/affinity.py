@@ -115,6 +115,13 @@ class AffinityPicker:
         self._replicas.append(replica)
         self._by_name[replica.name] = replica
 
+    def remove(self, name: str) -> None:
+        """A replica discovery forgot: no longer a choice. Pins there fail over on their next
+        turn, as from a failed replica; the tables' entries naming it age out."""
+        replica = self._by_name.pop(name, None)
+        if replica is not None:
+            self._replicas.remove(replica)
+
     def live_sessions(self, replica: Replica) -> int:
         self.pins.sweep(self._clock())
         return self.pins.live(replica.name)

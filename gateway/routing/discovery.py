@@ -4,7 +4,9 @@
 Routing never moves a pin when the set changes: a replica that appears is given to the picker's
 `add` and new sessions start to reach it; one that vanishes is marked `gone` (unhealthy, no
 longer probed), so each session pinned there moves to its next rendezvous choice on its next
-turn, as when a replica fails. A vanished address that comes back is the same Replica again.
+turn, as when a replica fails. A vanished address that comes back is the same Replica again,
+unless it stayed away `discovery.forget_after_s`: then the picker's `remove` dropped it (once no
+request was open there), and it comes back as a new one.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import ipaddress
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
@@ -105,6 +108,8 @@ class DnsReplicas:
         resolve: Resolve,
         metrics: Metrics,
         add: Callable[[Replica], None],
+        remove: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if settings.dns_name is None:
             raise ValueError("DnsReplicas needs discovery.dns_name")
@@ -113,9 +118,10 @@ class DnsReplicas:
         self._resolve = resolve
         self._metrics = metrics
         self._add = add
-        # Every replica made here, by name, gone ones too: an address that comes back is the
-        # same Replica (the picker holds each name once). As many as the addresses ever seen;
-        # the picker keeps each of those as well, so this adds nothing to its bound.
+        self._remove = remove
+        self._clock = clock
+        # Every replica made here, by name, gone ones too until they are forgotten: an address
+        # that comes back soon is the same Replica (the picker holds each name once).
         self._known: dict[str, Replica] = {}
         self._members: set[str] = set()
         self._left_out: frozenset[str] = frozenset()
@@ -156,6 +162,24 @@ class DnsReplicas:
             self._leave(name)
         self._members = chosen
         self._metrics.discovery_replicas.set(len(chosen))
+        self._forget_gone()
+
+    def _forget_gone(self) -> None:
+        now = self._clock()
+        for name, replica in list(self._known.items()):
+            since = replica.gone_since
+            if (
+                since is None
+                or now - since < self._settings.forget_after_s
+                or replica.in_flight > 0
+            ):
+                continue
+            del self._known[name]
+            self._remove(name)
+            self._metrics.drop_replica(name)
+            log.info(
+                "replica %s forgotten: gone from DNS %s for %.0f s", name, self._name, now - since
+            )
 
     def _bounded(self, names: set[str]) -> set[str]:
         """Replicas already in use first: taking a newcomer in their place would move every
@@ -187,6 +211,7 @@ class DnsReplicas:
             # The engine at this address may be another one now (a new pod): probe it from
             # scratch and read its /server_info again.
             replica.gone = False
+            replica.gone_since = None
             replica.failures = replica.successes = 0
             replica.busy_since = None
             replica.info_loaded = False
@@ -195,6 +220,7 @@ class DnsReplicas:
     def _leave(self, name: str) -> None:
         replica = self._known[name]
         replica.gone = True
+        replica.gone_since = self._clock()
         replica.healthy = False
         replica.successes = 0
         replica.busy_since = None

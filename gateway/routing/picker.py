@@ -62,6 +62,10 @@ class ReplicaPicker(Protocol):
         """Finish what routing still has to write (at shutdown)."""
         ...
 
+    def remove(self, name: str) -> None:
+        """Drop a replica discovery forgot (gateway.routing.discovery)."""
+        ...
+
     def live_sessions(self, replica: Replica) -> int:
         """Sessions pinned to the replica now (for /admin/replicas)."""
         ...

@@ -23,6 +23,9 @@ class Replica:
     # Set by DNS discovery when the replica's address left the answer: not probed, so it stays
     # unhealthy and its sessions fail over; cleared if the address comes back.
     gone: bool = False
+    # When discovery marked it gone (monotonic seconds): it is dropped after
+    # discovery.forget_after_s.
+    gone_since: float | None = field(default=None, repr=False)
     # What the engine's /server_info reported (None: not yet, or it reports nothing).
     checkpoint_slots: int | None = None
     track_interval: int | None = None

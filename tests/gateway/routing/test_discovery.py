@@ -37,7 +37,17 @@ class FakeDns:
         return list(self.answer)
 
 
-def make(dns: FakeDns, **settings: object) -> tuple[DnsReplicas, AffinityPicker, Metrics]:
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(
+    dns: FakeDns, clock: Clock | None = None, **settings: object
+) -> tuple[DnsReplicas, AffinityPicker, Metrics]:
     metrics = Metrics(process_metrics=False)
     picker = AffinityPicker([], RoutingSettings(), lambda *counted: None)
     discovery = DnsReplicas(
@@ -45,6 +55,8 @@ def make(dns: FakeDns, **settings: object) -> tuple[DnsReplicas, AffinityPicker,
         dns,
         metrics,
         picker.add,
+        picker.remove,
+        clock or Clock(),
     )
     return discovery, picker, metrics
 
@@ -154,6 +166,42 @@ async def test_an_address_that_comes_back_is_the_same_replica() -> None:
     assert not first.gone
     # It may be another engine now: its /server_info is read again.
     assert not first.info_loaded
+
+
+async def test_a_replica_gone_long_enough_is_forgotten() -> None:
+    """Pods get a new address with every restart: the routing list must not keep one entry for
+    every address it ever saw. Gone past discovery.forget_after_s with nothing open there, a
+    replica leaves the picker (its sessions had already failed over) and its series end."""
+    dns = FakeDns("10.0.0.1", "10.0.0.2")
+    clock = Clock()
+    discovery, picker, metrics = make(dns, clock, forget_after_s=600)
+    await discovery.refresh()
+    up(picker)
+    victim = "10.0.0.2:30000"
+    pinned = next(f"s{i}" for i in range(60) if route(picker, f"s{i}") == victim)
+    gone = picker.replica(victim)
+    assert gone is not None
+    dns.answer = ["10.0.0.1", "10.0.0.3"]
+    await discovery.refresh()
+    # One request still open there: kept until it ends.
+    gone.in_flight = 1
+    clock.now += 601
+    await discovery.refresh()
+    assert picker.replica(victim) is gone
+    gone.in_flight = 0
+    await discovery.refresh()
+    assert picker.replica(victim) is None
+    assert [r.name for r in picker.replicas] == ["10.0.0.1:30000", "10.0.0.3:30000"]
+    assert sample(metrics, "flashbox_replica_in_flight", replica=victim) is None
+    # Its pinned session is served elsewhere; the address, back later, is a new replica.
+    up(picker)
+    assert route(picker, pinned) != victim
+    dns.answer = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    await discovery.refresh()
+    back = picker.replica(victim)
+    assert back is not None
+    assert back is not gone
+    assert not back.gone
 
 
 async def test_a_failed_or_empty_lookup_keeps_the_replicas(

@@ -83,6 +83,7 @@ async def test_discovery_through_a_real_server() -> None:
             nameserver_resolver((host, port), "ipv4"),
             Metrics(process_metrics=False),
             picker.add,
+            picker.remove,
         )
         await discovery.refresh()
         zone.set(NAME, ["127.0.0.3"])
