@@ -43,6 +43,8 @@ class Relay:
         self._engine = engine
         # Told once, when the engine's first token arrives (its prefill is done).
         self._on_first_token = on_first_token
+        # The engine's text as it came, for routing's output promise (gateway.routing.affinity).
+        self._raw: list[str] = []
         self._parser = parser
         self._differ = differ
         self._record = record
@@ -71,6 +73,8 @@ class Relay:
         if finish is not None:
             self._finish = finish
             text += self._differ.finish(event.text)
+        if text:
+            self._raw.append(text)
         parsed = self._parser.feed(text) if text else []
         if finish is not None:
             parsed += self._parser.finish()
@@ -109,8 +113,15 @@ class Relay:
     def _end(self) -> list[ParsedDelta]:
         """[DONE] came without a finish_reason event: flush what is held back."""
         text = self._differ.finish()
+        if text:
+            self._raw.append(text)
         parsed = self._parser.feed(text) if text else []
         return parsed + self._parser.finish()
+
+    @property
+    def output_text(self) -> str:
+        """Everything the engine generated so far, as it wrote it (before parsing)."""
+        return "".join(self._raw)
 
     def _finished(self) -> Finish:
         finish = self._finish or {}

@@ -28,7 +28,7 @@ from gateway.engine_stream import EngineStream
 from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError
 from gateway.media import CheckedImage, ImageRef
 from gateway.observability.timeline import RequestRecord
-from gateway.routing import Outcome, Replica, RequestContext
+from gateway.routing import Outcome, Replica, RequestContext, TurnOutput
 from gateway.routing.session_key import digest_text
 from gateway.sampling import add_constraint, generate_body
 from gateway.state import AppState
@@ -288,13 +288,18 @@ class Run:
         replica.in_flight -= 1
         metrics = self._state.metrics
         metrics.child(metrics.replica_in_flight, replica.name).dec()
-        record = self._record
+        record, relay = self._record, self._relay
+        failed = relay is not None and relay.failed
+        output = None
+        if relay is not None and not failed and self._outcome is Outcome.OK:
+            output = TurnOutput(relay.output_text, record.completion_tokens)
         self._state.picker.report(
             ctx,
             replica,
-            Outcome.UPSTREAM_ERROR if self._relay and self._relay.failed else self._outcome,
+            Outcome.UPSTREAM_ERROR if failed else self._outcome,
             prompt_tokens=record.prompt_tokens,
             cached_tokens=record.cached_tokens,
+            output=output,
         )
 
 

@@ -2,7 +2,7 @@
 
 from gateway.routing.affinity import AffinityPicker
 from gateway.routing.picker import Outcome, Pick, ReplicaPicker
-from gateway.routing.replica import Replica, RequestContext
+from gateway.routing.replica import Replica, RequestContext, TurnOutput
 
 __all__ = [
     "AffinityPicker",
@@ -11,4 +11,5 @@ __all__ = [
     "Replica",
     "ReplicaPicker",
     "RequestContext",
+    "TurnOutput",
 ]

@@ -7,7 +7,12 @@ fails or drains (to the session's next rendezvous choice with room: "failover") 
 there costs more than the misses a move causes, and a replica with a free running slot can take
 it ("spill").
 Each pinned turn is verified once it ends: the engine's cached tokens must cover the session's
-previous prompt rounded down to the track interval ("hit"), else "verified_miss".
+previous prompt rounded down to the track interval ("hit"), else "verified_miss". The engine
+also checkpoints a finished turn's prompt and output together, so when the new prompt carries
+the previous output verbatim after the previous prompt (the client sent the reasoning back, as
+GLM's template keeps it), the promise is prompt and output, rounded down ("the output
+promise"). A gateway knows the output of the turns it served; a turn served by another gateway
+of a fleet falls back to the prompt.
 
 Pins are kept per lineage (gateway.routing.lineage): each conversation of a session (main,
 subagents, side requests, the conversation restarted after compaction) is pinned and verified on
@@ -26,6 +31,7 @@ and round_robin.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
@@ -38,7 +44,7 @@ from gateway.routing.lineage import MAIN, SIDE, HeadTable, SessionInfo, SessionT
 from gateway.routing.picker import Outcome
 from gateway.routing.pins import Pin, PinTable
 from gateway.routing.rendezvous import ranked
-from gateway.routing.replica import Replica, RequestContext
+from gateway.routing.replica import Replica, RequestContext, TurnOutput
 from gateway.settings import RoutingSettings
 
 log = logging.getLogger("gateway.routing.affinity")
@@ -178,7 +184,8 @@ class AffinityPicker:
                 pending = _Pending(key, "spill", 0, kind)
                 return self._chosen(ctx, target, "spill", pending, now, kind)
         interval = capacity.track_interval(pinned, self._settings)
-        expected = pin.last_prompt_tokens // interval * interval
+        promised = pin.sequence_tokens if _carries_output(ctx.prompt, pin) else 0
+        expected = max(pin.last_prompt_tokens, promised) // interval * interval
         reset = _adds_image(pin.images, ctx.images)
         pending = _Pending(key, "pinned", expected, pin.kind, reset)
         return self._chosen(ctx, pinned, "pinned", pending, now, pin.kind)
@@ -427,6 +434,7 @@ class AffinityPicker:
         *,
         prompt_tokens: int = 0,
         cached_tokens: int = 0,
+        output: TurnOutput | None = None,
     ) -> None:
         now = self._clock()
         if outcome is Outcome.CONNECT_FAILED:
@@ -466,6 +474,7 @@ class AffinityPicker:
         if ok and pin is not None and pin.replica == replica.name:
             pin.last_prompt_tokens = prompt_tokens
             pin.images = ctx.images
+            _note_output(pin, ctx.prompt, prompt_tokens, output)
         # A turn that passes through a head checkpoint the replica holds touches it too (the
         # engine patch keeps heads most recently used while their sessions go on).
         if (
@@ -490,6 +499,30 @@ def saved_head(ctx: RequestContext, affinity: str, cached_tokens: int) -> bool:
     there, or was asked to save it and prefilled through the head's end (a turn restored from
     a later checkpoint of its own session never computes the head's state)."""
     return affinity == "head" or (ctx.save_head and cached_tokens < ctx.head_tokens)
+
+
+def _output_digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+def _note_output(pin: Pin, prompt: str, prompt_tokens: int, output: TurnOutput | None) -> None:
+    if output is None or not output.text or output.tokens <= 0:
+        pin.sequence_tokens = 0
+        return
+    pin.output_at, pin.output_chars = len(prompt), len(output.text)
+    pin.output_digest = _output_digest(output.text)
+    # The engine's state covers the sequence up to its last token's input: the last generated
+    # token was never fed back, so it is not in the checkpoint.
+    pin.sequence_tokens = prompt_tokens + output.tokens - 1
+
+
+def _carries_output(prompt: str, pin: Pin) -> bool:
+    """Whether `prompt` continues the pin's last prompt with its last output, verbatim (the
+    prefix before it is the previous prompt's, or the turn misses either way)."""
+    if not pin.sequence_tokens:
+        return False
+    end = pin.output_at + pin.output_chars
+    return len(prompt) > end and _output_digest(prompt[pin.output_at : end]) == pin.output_digest
 
 
 def _adds_image(before: tuple[str, ...], now: tuple[str, ...]) -> bool:

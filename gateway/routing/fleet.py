@@ -39,7 +39,7 @@ from gateway.routing import capacity
 from gateway.routing.affinity import AffinityPick, AffinityPicker, _Pending
 from gateway.routing.picker import Outcome
 from gateway.routing.pins import Pin
-from gateway.routing.replica import Replica, RequestContext
+from gateway.routing.replica import Replica, RequestContext, TurnOutput
 from gateway.routing.shared_tables import (
     Claim,
     Report,
@@ -363,10 +363,16 @@ class FleetPicker(AffinityPicker):
         *,
         prompt_tokens: int = 0,
         cached_tokens: int = 0,
+        output: TurnOutput | None = None,
     ) -> None:
         pending = ctx.request_id in self._pending
         super().report(
-            ctx, replica, outcome, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens
+            ctx,
+            replica,
+            outcome,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached_tokens,
+            output=output,
         )
         if not pending or outcome is not Outcome.OK or prompt_tokens <= 0:
             return

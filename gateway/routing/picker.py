@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 from enum import StrEnum
 from typing import Protocol
 
-from gateway.routing.replica import Replica, RequestContext
+from gateway.routing.replica import Replica, RequestContext, TurnOutput
 
 
 class Outcome(StrEnum):
@@ -78,4 +78,5 @@ class ReplicaPicker(Protocol):
         *,
         prompt_tokens: int = 0,
         cached_tokens: int = 0,
+        output: TurnOutput | None = None,
     ) -> None: ...

@@ -30,6 +30,13 @@ class Pin:
     kind: str = "main"
     # Digests of the images of the last turn (a turn that adds one resets the cache).
     images: tuple[str, ...] = ()
+    # The last turn's output (affinity.py, "the output promise"): where it would start in the
+    # next prompt (the last prompt's characters), its characters and digest, and the tokens of
+    # prompt and output together (0: no output known here).
+    output_at: int = 0
+    output_chars: int = 0
+    output_digest: bytes = b""
+    sequence_tokens: int = 0
 
     @property
     def durable(self) -> bool:
@@ -154,6 +161,8 @@ class PinTable:
             self._pins.move_to_end(key)
         if last_prompt_tokens > pin.last_prompt_tokens:
             pin.last_prompt_tokens, pin.images = last_prompt_tokens, images
+            # A later turn served elsewhere: the output this gateway saw is not the last one.
+            pin.sequence_tokens = 0
         return pin
 
     def sweep(self, now: float) -> None:

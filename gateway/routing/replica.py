@@ -50,6 +50,16 @@ class Replica:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnOutput:
+    """What a turn generated, as the engine's text (reasoning, content and tool calls as the
+    model wrote them) and its token count: the engine checkpoints the prompt and this output
+    together, which the next turn restores when the client sends the output back verbatim."""
+
+    text: str
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class RequestContext:
     """What routing sees of a request: its id, its session key (already hashed: see
     gateway.routing.session_key) and the rendered prompt. Built after rendering, before routing."""

@@ -214,3 +214,46 @@ def test_a_new_session_restores_the_prompt_head_of_another(stack: tuple[list[Pro
     # The head (system + tools) is most of the prompt; the checkpoint sits at its end.
     assert cached >= (prompt - 200) // TRACK * TRACK - TRACK > 0
     assert affinity(gateway, "head_hit", "main") == head_hits + 1
+
+
+def test_turns_that_send_the_reasoning_back_are_verified_against_prompt_and_output(
+    stack: tuple[list[Proc], Proc],
+) -> None:
+    """Claude Code sends each thinking block back with its signature, so the next prompt
+    carries the previous output verbatim: the engine restores the checkpoint of prompt and
+    output together, and the gateway's promise (the output promise) is that checkpoint. A
+    promise one token too long would count these turns as verified misses."""
+    _, gateway = stack
+    hits, misses = affinity(gateway, "hit", "main"), affinity(gateway, "verified_miss", "main")
+    system = "You are Claude Code. " + synthetic_text(1500, seed=7)
+    messages: list[Any] = [{"role": "user", "content": "Look at the failing test."}]
+    body = {"custom_params": {"sim": {"reasoning_tokens": 700, "content_tokens": 30}}}
+    headers = {"x-claude-code-session-id": "cc-output-promise"}
+    previous: tuple[int, int] | None = None
+    with anthropic.Anthropic(
+        base_url=gateway.url, api_key="unused", max_retries=0, default_headers=headers
+    ) as client:
+        for turn in range(3):
+            answer = client.messages.create(
+                model=MODEL,
+                max_tokens=1024,
+                system=system,
+                messages=messages,
+                tools=ANTHROPIC_TOOLS,
+                extra_body=body,
+            )
+            usage = answer.usage
+            cached = usage.cache_read_input_tokens or 0
+            prompt = usage.input_tokens + cached
+            if previous is not None:
+                # Past the previous prompt's checkpoint: prompt and output were restored.
+                assert cached >= (previous[0] + previous[1] - 1) // TRACK * TRACK > previous[0]
+            previous = (prompt, usage.output_tokens)
+            blocks = [block.to_dict() for block in answer.content]
+            assert blocks[0]["type"] == "thinking"
+            messages += [
+                {"role": "assistant", "content": blocks},
+                {"role": "user", "content": f"Go on ({turn})."},
+            ]
+    assert affinity(gateway, "hit", "main") == hits + 2
+    assert affinity(gateway, "verified_miss", "main") == misses
