@@ -12,6 +12,11 @@ flashbox_state_errors_total{kind}, sets flashbox_state_up to 0 and skips the sto
 `state.retry_s` (so a dead store costs one timeout per retry_s, not one per request). Callers
 then decide on their local state. The first round trip that succeeds after that sets
 flashbox_state_up back to 1.
+
+The bound covers the wait for a connection: at most `state.max_connections` calls are in
+flight, and one that times out before its turn is never sent. A connection opened for a call
+gets at least that call's bound: a burst on a cold pool opens one per call, all at once on one
+event loop, so a shorter connect bound failed calls that still had time (docs/fleet.md).
 """
 
 from __future__ import annotations
@@ -47,15 +52,21 @@ class SharedStore:
         self.prefix = settings.key_prefix
         self._metrics = metrics
         self._clock = clock
-        # redis-py's own socket timeouts bound a stuck connection; `run` bounds each call. A
-        # blocking pool: a burst past max_connections waits for a free connection (within the
-        # call's own timeout) instead of failing with "too many connections".
+        # redis-py's own socket timeouts bound a stuck connection; `run` bounds each call.
+        read_s = max(settings.timeout_s * 20, 0.1)
+        # `_slots`, not the pool, makes `run`'s calls wait for a connection: Python 3.11's
+        # asyncio.Condition, which BlockingConnectionPool waits on, loses the wake-up of a waiter
+        # cancelled (its call timed out) just as a connection frees, and the next waiter sleeps
+        # beside that free connection until its own timeout; a Semaphore passes the wake-up on.
+        # Each call holds one connection at a time, so the pool never waits for them; blocking,
+        # it makes a direct user of `client` (the scripts' loading at start) wait, not fail.
+        self._slots = asyncio.Semaphore(settings.max_connections)
         pool = aioredis.BlockingConnectionPool.from_url(
             url,
             max_connections=settings.max_connections,
-            timeout=max(settings.timeout_s * 20, 0.1),
-            socket_timeout=max(settings.timeout_s * 20, 0.1),
-            socket_connect_timeout=settings.connect_timeout_s,
+            timeout=read_s,
+            socket_timeout=read_s,
+            socket_connect_timeout=max(settings.connect_timeout_s, settings.timeout_s),
             health_check_interval=0,
             retry_on_timeout=False,
         )
@@ -78,7 +89,9 @@ class SharedStore:
             return None
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self.settings.timeout_s):
+            # A call cut short mid-command gives its slot back; redis-py closes its connection
+            # rather than leave the answer unread for the next caller.
+            async with asyncio.timeout(self.settings.timeout_s), self._slots:
                 result = await call(self.client)
         except (TimeoutError, RedisTimeoutError):
             self._failed("timeout", op)
