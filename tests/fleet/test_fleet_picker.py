@@ -358,3 +358,52 @@ async def test_concurrent_new_sessions_spread_as_in_process(redis_server: RedisP
         assert sorted(spread.values()) == [14, 14, 14], spread
     finally:
         await a.store.close()
+
+
+def fetches(gw: Gateway) -> float:
+    sample = gw.metrics.registry.get_sample_value(
+        "flashbox_state_seconds_count", {"op": "routing_fetch"}
+    )
+    return sample or 0.0
+
+
+async def test_a_pinned_turns_fetch_starts_before_its_pick(two: tuple[Gateway, Gateway]) -> None:
+    """The lineage key needs no rendered prompt, so a pinned turn's round trip to the store
+    starts while the prompt renders (FleetPicker.prefetch) and route uses its answer: one
+    fetch, the other gateway's report in it."""
+    a, b = two
+    home = await a.turn("s", 10_000, 0)
+    assert (await b.turn("s", 11_000, 10_000)).name == home.name
+    # A lineage a has no pin for is placed under the lock, with counts: nothing starts early.
+    assert not a.picker.prefetch("x-1", "unknown", None)
+    c = a.ctx("s")
+    before = fetches(a)
+    assert a.picker.prefetch(c.request_id, "s", None)
+    pick = await a.picker.route(c)
+    assert pick.replica.name == home.name
+    assert fetches(a) == before + 1  # the prefetch's: route made none of its own
+    # Verified against b's 11,000 prompt tokens, which only the store could tell a.
+    # (11,000 aligned: 10,752 promised; a alone would have promised 9,984.)
+    a.picker.report(c, pick.replica, Outcome.OK, prompt_tokens=12_000, cached_tokens=10_500)
+    assert a.outcomes["verified_miss"] == 1
+    await a.picker.write_back.settle()
+
+
+async def test_a_prefetch_is_not_used_for_a_retry_and_is_dropped_by_forget(
+    two: tuple[Gateway, Gateway],
+) -> None:
+    a, _ = two
+    home = await a.turn("s", 10_000, 0)
+    c = a.ctx("s")
+    before = fetches(a)
+    assert a.picker.prefetch(c.request_id, "s", None)
+    # The first attempt failed on `home`: the retry fetches again, for the usable replicas.
+    pick = await a.picker.route(c, exclude=[home.name])
+    assert pick.replica.name != home.name
+    await asyncio.sleep(0.05)
+    assert fetches(a) == before + 2
+    # A request that ends before routing (a 400 after the prefetch) leaves nothing behind.
+    c = a.ctx("s")
+    assert a.picker.prefetch(c.request_id, "s", None)
+    a.picker.forget(c.request_id)
+    assert not a.picker._prefetched
