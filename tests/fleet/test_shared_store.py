@@ -9,14 +9,7 @@ from bench.procs import RedisProc, start_redis
 from gateway.observability.metrics import Metrics
 from gateway.settings import SharedStateSettings
 from gateway.shared_state import SharedStore
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 def _errors(metrics: Metrics, kind: str) -> float:
@@ -28,7 +21,7 @@ def _up(metrics: Metrics) -> float | None:
 
 
 async def test_round_trips_and_a_store_that_dies_and_comes_back(redis_server: RedisProc) -> None:
-    metrics, clock = Metrics(process_metrics=False), Clock()
+    metrics, clock = Metrics(process_metrics=False), Clock(0.0)
     settings = SharedStateSettings(timeout_s=0.5, retry_s=1.0)
     store = SharedStore(redis_server.url, settings, metrics, clock)
     try:

@@ -17,14 +17,7 @@ from bench.procs import RedisProc
 from gateway.observability.metrics import Metrics
 from gateway.settings import SharedStateSettings
 from gateway.shared_state import SharedStore
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 def _errors(metrics: Metrics, kind: str) -> float:
@@ -60,7 +53,7 @@ async def _all_answer_their_own(store: SharedStore, calls: int, round_: int) -> 
 async def test_a_burst_cut_short_mid_command_leaves_no_stale_answer_nor_a_connection_taken(
     redis_server: RedisProc, observer: aioredis.Redis
 ) -> None:
-    metrics, clock = Metrics(process_metrics=False), Clock()
+    metrics, clock = Metrics(process_metrics=False), Clock(0.0)
     settings = SharedStateSettings(timeout_s=0.5, retry_s=1.0, max_connections=4)
     store = SharedStore(redis_server.url, settings, metrics, clock)
     try:

@@ -18,14 +18,7 @@ from gateway.ratelimit.limiter import Decision, presented_key
 from gateway.settings import KeyRateLimits, RateLimitSettings, Settings
 from tests.gateway.conftest import MODEL, chat_body, gateway_client
 from tests.gateway.fake_engine import FakeEngine
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 def limiter(clock: Clock, **settings: Any) -> RateLimiter:

@@ -9,14 +9,7 @@ import orjson
 import pytest
 
 from gateway.faces.responses.store import ResponseStore
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 def response(n: int, text: str = "x") -> dict[str, Any]:

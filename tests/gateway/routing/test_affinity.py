@@ -12,14 +12,7 @@ from gateway.routing import AffinityPicker, Outcome, Replica, RequestContext
 from gateway.routing.pins import PinTable
 from gateway.routing.rendezvous import ranked
 from gateway.settings import RoutingSettings
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 def make(

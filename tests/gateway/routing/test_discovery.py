@@ -16,6 +16,7 @@ from gateway.routing import AffinityPicker, Outcome, Replica, RequestContext
 from gateway.routing.discovery import DnsReplicas, replica_name, system_resolver
 from gateway.routing.health import HealthProber
 from gateway.settings import DiscoverySettings, HealthSettings, RoutingSettings, Settings
+from tests.support.clock import Clock
 
 NAME = "engines.flashbox.test"
 
@@ -35,14 +36,6 @@ class FakeDns:
         if isinstance(self.answer, BaseException):
             raise self.answer
         return list(self.answer)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make(

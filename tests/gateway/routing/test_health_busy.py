@@ -7,20 +7,13 @@ import httpx
 from gateway.routing import Replica
 from gateway.routing.health import HealthProber
 from gateway.settings import HealthSettings
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 async def test_a_busy_replica_stays_up_within_the_grace_then_goes_down() -> None:
     replica = Replica.from_url("http://busy:1")
     replica.healthy = True
-    clock = Clock()
+    clock = Clock(100.0)
     answer = httpx.MockTransport(lambda request: httpx.Response(503))
     async with httpx.AsyncClient(transport=answer) as client:
         prober = HealthProber(

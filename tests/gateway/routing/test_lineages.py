@@ -8,14 +8,7 @@ from collections import Counter
 from gateway.routing import AffinityPicker, Outcome, Replica, RequestContext
 from gateway.routing.rendezvous import ranked
 from gateway.settings import RoutingSettings
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 class Rig:
