@@ -66,6 +66,18 @@ def affinity(gateway: Proc, outcome: str, lineage: str) -> float:
     return metric_sum(gateway, "flashbox_affinity_total", {"outcome": outcome, "lineage": lineage})
 
 
+def claude_code(gateway: Proc, headers: dict[str, str]) -> anthropic.Anthropic:
+    """The official client as Claude Code sets it up: its session headers on every request."""
+    return anthropic.Anthropic(
+        base_url=gateway.url, api_key="unused", max_retries=0, default_headers=headers
+    )
+
+
+def prompt_and_cached(usage: anthropic.types.Usage) -> tuple[int, int]:
+    cached = usage.cache_read_input_tokens or 0
+    return usage.input_tokens + cached, cached
+
+
 def live_lineages(gateway: Proc) -> int:
     data = httpx.get(gateway.url + "/admin/replicas", headers=ADMIN, timeout=5).json()["data"]
     return sum(int(r["live_sessions"]) for r in data)
@@ -139,9 +151,7 @@ def _subagent_turns(gateway: Proc, agent: int) -> list[tuple[int, int]]:
     system = f"You are subagent {agent}. " + synthetic_text(1500, seed=10 + agent)
     messages: list[Any] = [{"role": "user", "content": f"explore part {agent}"}]
     out = []
-    with anthropic.Anthropic(
-        base_url=gateway.url, api_key="unused", max_retries=0, default_headers=headers
-    ) as client:
+    with claude_code(gateway, headers) as client:
         for _ in range(2):
             answer = client.messages.create(
                 model=MODEL,
@@ -152,13 +162,7 @@ def _subagent_turns(gateway: Proc, agent: int) -> list[tuple[int, int]]:
                 thinking={"type": "disabled"},
                 extra_body=OUTPUT,
             )
-            usage = answer.usage
-            out.append(
-                (
-                    usage.input_tokens + (usage.cache_read_input_tokens or 0),
-                    usage.cache_read_input_tokens or 0,
-                )
-            )
+            out.append(prompt_and_cached(answer.usage))
             text = "".join(b.text for b in answer.content if b.type == "text")
             messages += [
                 {"role": "assistant", "content": text or "ok"},
@@ -230,9 +234,7 @@ def test_turns_that_send_the_reasoning_back_are_verified_against_prompt_and_outp
     body = {"custom_params": {"sim": {"reasoning_tokens": 700, "content_tokens": 30}}}
     headers = {"x-claude-code-session-id": "cc-output-promise"}
     previous: tuple[int, int] | None = None
-    with anthropic.Anthropic(
-        base_url=gateway.url, api_key="unused", max_retries=0, default_headers=headers
-    ) as client:
+    with claude_code(gateway, headers) as client:
         for turn in range(3):
             answer = client.messages.create(
                 model=MODEL,
@@ -242,13 +244,11 @@ def test_turns_that_send_the_reasoning_back_are_verified_against_prompt_and_outp
                 tools=ANTHROPIC_TOOLS,
                 extra_body=body,
             )
-            usage = answer.usage
-            cached = usage.cache_read_input_tokens or 0
-            prompt = usage.input_tokens + cached
+            prompt, cached = prompt_and_cached(answer.usage)
             if previous is not None:
                 # Past the previous prompt's checkpoint: prompt and output were restored.
                 assert cached >= (previous[0] + previous[1] - 1) // TRACK * TRACK > previous[0]
-            previous = (prompt, usage.output_tokens)
+            previous = (prompt, answer.usage.output_tokens)
             blocks = [block.to_dict() for block in answer.content]
             assert blocks[0]["type"] == "thinking"
             messages += [
