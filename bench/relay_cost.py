@@ -78,6 +78,9 @@ class _NoNetwork:
     def write(self, data: bytes) -> None:
         return None
 
+    def writelines(self, data: list[bytes]) -> None:
+        return None
+
     def pause_reading(self) -> None:
         return None
 
@@ -133,7 +136,7 @@ async def _measure(
 
         conn = _Connection(loop, ("engine", 1))
         conn.connection_made(cast(asyncio.Transport, _NoNetwork()))
-        conn.send(b"")
+        conn.send([b""])
         conn.data_received(_HEAD)
         await pool._slots.acquire()  # released by the response's aclose, as in WirePool.post
         stream = EngineStream(WireResponse(pool, conn, 200), 1 << 20, first_deadline=None)

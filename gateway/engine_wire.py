@@ -125,10 +125,10 @@ class _Connection(asyncio.Protocol):
             self.error = error
         self._wake()
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: list[bytes]) -> None:
         self._reset()
         assert self.transport is not None
-        self.transport.write(data)
+        self.transport.writelines(data)
 
     async def _wait(self, seconds: float) -> None:
         # One timer per connection, moved only when a wait must end before it fires: arming
@@ -284,7 +284,10 @@ class WirePool:
                 raise WirePoolTimeout("no free connection to the engine in time") from exc
         else:
             await self._slots.acquire()  # free slot: returns at once, no task
-        request = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+        # Head and body are written together (one writev), not joined: a body with images is
+        # megabytes, and one more copy of it costs the event loop milliseconds (page faults
+        # of fresh memory, most of it: measured 3-4 ms for a 1080p PNG on a VM).
+        request = [head + b"Content-Length: %d\r\n\r\n" % len(body), body]
         conn: _Connection | None = None
         try:
             conn, reused = await self._connection(host, port)

@@ -448,6 +448,10 @@ class MediaSettings(_Section):
     # thread; smaller ones cost less than the hand-off and are checked on the event loop.
     offload_min_bytes: int = Field(default=32 * 1024, ge=0)
     offload_min_pixels: int = Field(default=256 * 1024, ge=0)
+    # Base64 strings (image data) of at least this many bytes are cut out of a request body
+    # before orjson parses it, and put back after (gateway/faces/lifted_json.py): orjson
+    # parses ~1 GB/s holding the GIL, so a worker thread would stall the loop as long.
+    json_bypass_min_bytes: int = Field(default=64 * 1024, gt=0)
     # Images checked at once across the gateway, in worker threads; more wait their turn.
     # Each holds its pixels (up to 4 bytes x max_decoded_pixels), and each is a thread that
     # competes with the event loop for the GIL: with 8 large PNGs in flight the loop's longest

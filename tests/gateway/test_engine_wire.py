@@ -97,6 +97,26 @@ async def test_streams_and_reuses_the_connection(
     wire.close()
 
 
+async def test_a_large_body_arrives_whole_after_its_head(server: Start) -> None:
+    received: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await read_request(reader))
+        writer.write(chunked(b"ok"))
+        await writer.drain()
+
+    url = await server(handler)
+    wire = pool()
+    # Head and body go out as two buffers (not joined); the body is large enough to take
+    # several writes on loopback.
+    body = b'{"text":"x","image_data":["' + b"A" * (4 << 20) + b'"]}'
+    response = await wire.post(url, body)
+    assert await read_all(aiter(response)) == b"ok"
+    await response.aclose()
+    assert received == [body]
+    wire.close()
+
+
 async def test_refused_connection(server: Start) -> None:
     with pytest.raises(WireConnectError):
         await pool().post(f"http://127.0.0.1:{free_port()}/generate", b"{}")

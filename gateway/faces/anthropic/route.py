@@ -53,7 +53,7 @@ async def _read(
     state.auth.check(headers.get(b"authorization"), headers.get(b"x-api-key"))
     limits = state.settings.limits
     body = await read_body(receive, headers.get(b"content-length"), limits.max_body_bytes)
-    raw = load_json_body(body, limits)
+    raw = load_json_body(body, limits, state.settings.media.json_bypass_min_bytes)
     check_counts(raw, limits)
     return raw, len(body)
 

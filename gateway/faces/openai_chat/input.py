@@ -23,6 +23,7 @@ from gateway.errors import (
     NotFoundError,
     PayloadTooLargeError,
 )
+from gateway.faces import lifted_json
 from gateway.faces.openai_chat.protocol import IMAGE_PARTS, ChatCompletionRequest
 from gateway.faces.validation import validation_message
 from gateway.settings import LimitSettings, Settings
@@ -37,9 +38,13 @@ class ChatInput:
     include_usage: bool
 
 
-async def read_body(receive: Receive, content_length: str | None, max_bytes: int) -> bytes:
+async def read_body(
+    receive: Receive, content_length: str | None, max_bytes: int
+) -> bytes | bytearray:
     """The whole body from ASGI `receive`, refused (413) as soon as it passes `max_bytes`;
-    raises ClientDisconnected if the client leaves first."""
+    raises ClientDisconnected if the client leaves first. A body that came in several
+    messages is returned as the bytearray it was gathered in: copying megabytes (an image
+    request) into bytes would cost the event loop milliseconds, mostly page faults."""
     if content_length is not None and content_length.isdigit() and int(content_length) > max_bytes:
         raise _too_large(max_bytes)
     message = await receive()
@@ -56,7 +61,7 @@ async def read_body(receive: Receive, content_length: str | None, max_bytes: int
         if len(parts) > max_bytes:
             raise _too_large(max_bytes)
         if not message.get("more_body", False):
-            return bytes(parts)
+            return parts
         message = await receive()
 
 
@@ -83,10 +88,13 @@ def _nesting_exceeds(value: object, limit: int) -> bool:
     return bool(level)
 
 
-def load_json_body(body: bytes, limits: LimitSettings) -> dict[str, Any]:
-    """The body as a JSON object, refused (400) when it is not one or nests too deep."""
+def load_json_body(
+    body: bytes | bytearray, limits: LimitSettings, bypass_min_bytes: int
+) -> dict[str, Any]:
+    """The body as a JSON object, refused (400) when it is not one or nests too deep.
+    `bypass_min_bytes`: media.json_bypass_min_bytes (gateway.faces.lifted_json)."""
     try:
-        raw = orjson.loads(body)
+        raw = lifted_json.loads(body, bypass_min_bytes)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(
             f"The request body is not valid JSON ({exc}); send a JSON object.",
@@ -120,7 +128,7 @@ def check_counts(raw: dict[str, Any], limits: LimitSettings) -> None:
 
 
 def parse_chat(
-    body: bytes,
+    body: bytes | bytearray,
     settings: Settings,
     session_header: str | None = None,
     parent_session: str | None = None,
@@ -128,7 +136,7 @@ def parse_chat(
     """`parent_session`: opencode's x-parent-session-id, sent by a subagent's child session
     with its own x-session-id: the child is a conversation of its parent's session."""
     limits = settings.limits
-    raw = load_json_body(body, limits)
+    raw = load_json_body(body, limits, settings.media.json_bypass_min_bytes)
     check_counts(raw, limits)
     try:
         request = ChatCompletionRequest.model_validate(raw)

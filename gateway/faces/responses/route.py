@@ -91,7 +91,7 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
         state.auth.check(headers.get(b"authorization"))
         limits = settings.limits
         body = await read_body(receive, headers.get(b"content-length"), limits.max_body_bytes)
-        raw = load_json_body(body, limits)
+        raw = load_json_body(body, limits, settings.media.json_bypass_min_bytes)
         if isinstance(raw.get("input"), list) and len(raw["input"]) > limits.max_messages:
             raise InvalidRequestError(
                 f"Too many input items: {len(raw['input'])} > {limits.max_messages}.",
