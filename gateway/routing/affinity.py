@@ -290,6 +290,27 @@ class AffinityPicker:
         expected = ctx.head_tokens // interval * interval
         if not expected:
             return best, "new", 0
+        if best.prefill_s > 0 and ctx.save_head:
+            # Every holder has a prefill queued: an idle replica that does not hold the head
+            # yet gets it now (this lineage prefills it there cold, and the engine saves it).
+            # A project's sessions then have holders to choose from; with one holder per head,
+            # the benchmark put half of their first turns behind another session's prefill.
+            spare = next(
+                (
+                    r
+                    for r in ranked(key, usable)
+                    if r.name not in held and r.prefill_s == 0 and self._fits(r, usable, kind)
+                ),
+                None,
+            )
+            if spare is not None:
+                log.info(
+                    "head %s: its holders are busy (%.0f s queued at best); saved at %s too",
+                    ctx.head[:12],
+                    best.prefill_s,
+                    spare.name,
+                )
+                return spare, "new", 0
         there = best.prefill_s + capacity.prefill_s(tokens, expected, settings)
         elsewhere = cold.prefill_s + capacity.prefill_s(tokens, 0, settings)
         if cold.name not in held and elsewhere < there:

@@ -225,6 +225,9 @@ def test_a_new_session_goes_cold_when_the_heads_queue_costs_more() -> None:
     """The engine prefills one batch at a time: behind three cold prefills at the head's
     replica (~70 s), restoring the head costs more than prefilling it on an idle replica."""
     rig, head, holder = _queued_head_rig()
+    # No idle replica (which would take the session and save the head there too).
+    for replica in rig.replicas:
+        replica.prefill_s = 1.0
     holder.prefill_s = 70.0
     c = rig.ctx("s1", "s1-main", prompt=PROMPT_33K, **head)
     pick = rig.picker.pick(c)
@@ -244,9 +247,31 @@ def test_among_head_holders_the_shortest_queue_wins() -> None:
     other = next(r for r in rig.replicas if r is not holder)
     c = rig.ctx("s1", "s1-main", prompt=PROMPT_33K, **head)
     rig.picker.heads.put("cc-head", other.name, rig.clock.now)
+    third = next(r for r in rig.replicas if r not in (holder, other))
+    third.prefill_s = 5.0  # not idle: no reason to save the head a third time
     holder.prefill_s, other.prefill_s = 30.0, 10.0
     pick = rig.picker.pick(c)
     assert (pick.replica, pick.affinity) == (other, "head")
     holder.prefill_s, other.prefill_s = 10.0, 30.0
     c = rig.ctx("s2", "s2-main", prompt=PROMPT_33K, **head)
     assert rig.picker.pick(c).replica is holder
+
+
+def test_a_shared_head_whose_holders_are_busy_is_saved_on_an_idle_replica() -> None:
+    """One holder per head puts a project's new sessions behind each other's prefills; when
+    every holder has one queued, an idle replica takes the session cold and saves the head."""
+    rig, head, holder = _queued_head_rig()
+    holder.prefill_s = 10.0
+    c = rig.ctx("s1", "s1-main", prompt=PROMPT_33K, **head)
+    pick = rig.picker.pick(c)
+    assert (pick.replica is not holder, pick.affinity) == (True, "new")
+    rig.picker.report(c, pick.replica, Outcome.OK, prompt_tokens=33_000, cached_tokens=0)
+    assert set(rig.picker.heads.replicas("cc-head", rig.clock.now)) == {
+        holder.name,
+        pick.replica.name,
+    }
+    # A head not yet shared (not saved anywhere new): the lineage waits at the holder.
+    c = rig.ctx("s2", "s2-main", prompt=PROMPT_33K, head="cc-head", head_tokens=30_100)
+    for r in rig.replicas:
+        r.prefill_s = 10.0 if r.name in rig.picker.heads.replicas("cc-head", 0) else 0.0
+    assert rig.picker.pick(c).affinity == "head"
