@@ -328,12 +328,23 @@ class AffinityPicker:
         self, key: str, kind: str, usable: list[Replica], session: SessionInfo | None
     ) -> Replica:
         """Where a new lineage goes without a head's checkpoint: with its session's other
-        lineages when that replica has room and share, else its rendezvous choice."""
+        lineages when that replica has room and share, else its rendezvous choice; but not
+        behind a queued prefill while a replica where it fits has none. Its prefill restores
+        nothing either way, and a client starts several lineages at once (the first turn and
+        its title request, parallel subagents): kept together, each waits for the others."""
+        target: Replica | None = None
         if session is not None and session.replica is not None:
             together = self._by_name.get(session.replica)
             if together is not None and together in usable and self._fits(together, usable, kind):
-                return together
-        return self._placement(key, usable, "new")
+                target = together
+        if target is None:
+            target = self._placement(key, usable, "new")
+        if target.prefill_s > 0:
+            free = (r for r in ranked(key, usable) if r.prefill_s == 0)
+            idle = next((r for r in free if self._fits(r, usable, kind)), None)
+            if idle is not None:
+                return idle
+        return target
 
     def _fits(self, replica: Replica, usable: list[Replica], kind: str, extra: int = 0) -> bool:
         """Whether a new lineage may join `replica` rather than its rendezvous choice: a side

@@ -275,3 +275,22 @@ def test_a_shared_head_whose_holders_are_busy_is_saved_on_an_idle_replica() -> N
     for r in rig.replicas:
         r.prefill_s = 10.0 if r.name in rig.picker.heads.replicas("cc-head", 0) else 0.0
     assert rig.picker.pick(c).affinity == "head"
+
+
+def test_lineages_started_together_do_not_queue_behind_each_other() -> None:
+    """Claude Code sends a session's first turn and its title request at once, and starts
+    subagents in parallel: none restores another's checkpoint, so the next one goes where no
+    prefill is queued rather than with its session."""
+    rig = Rig()
+    main = rig.ctx("s", "s-main")
+    first = rig.picker.pick(main).replica
+    first.prefill_s = 25.0  # its cold prefill, not answered yet
+    title = rig.picker.pick(rig.ctx("s", "s-title", kind="side")).replica
+    assert title is not first
+    title.prefill_s = 6.4
+    sub = rig.picker.pick(rig.ctx("s", "s-agent-1", kind="subagent")).replica
+    assert sub not in (first, title)
+    # Nothing queued anywhere: a session's lineages stay together.
+    for replica in rig.replicas:
+        replica.prefill_s = 0.0
+    assert rig.picker.pick(rig.ctx("s", "s-agent-2", kind="subagent")).replica is sub
