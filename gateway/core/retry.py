@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.images import stable_parts
@@ -21,7 +20,7 @@ from gateway.media.refs import CheckedImage
 from gateway.routing import Outcome
 from gateway.routing.lineage import declared_kind
 from gateway.routing.replica import RequestContext
-from gateway.routing.session_key import head_inputs, lineage_key, named_session, session_key
+from gateway.routing.session_key import lineage_key, named_session, session_key
 from gateway.settings import RoutingSettings, Settings
 
 
@@ -42,40 +41,6 @@ def request_session_key(
     return session_key(None, hints.body, (), messages, request.tools)
 
 
-@dataclass(frozen=True, slots=True)
-class RouteKeys:
-    """A request's session key and its lineage's (None: the session is one conversation),
-    hashed; known once its images are checked, before its prompt is rendered."""
-
-    session: str
-    lineage: str | None = None
-
-    @property
-    def key(self) -> str:
-        """What its pin is kept under (RequestContext.key)."""
-        return self.lineage or self.session
-
-
-def route_keys(request: CoreRequest, settings: Settings, images: list[CheckedImage]) -> RouteKeys:
-    """The session the client named and the conversation within it, else the conversation's
-    root as the session (`images` in request order)."""
-    hints = request.session
-    routing = settings.routing
-    named = named_session(hints.header, hints.body, routing.session_fields)
-    digests = [image.digest for image in images]
-    if named is None:
-        # One conversation per session: its root is its key, and its only lineage.
-        return RouteKeys(request_session_key(request, routing, digests))
-    messages = request.messages
-    if request.images:
-        # Only the root goes into the key: sentinels become digests.
-        messages = stable_parts(
-            messages[: _first_user_index(messages) + 1], request.images, digests
-        )
-    head = head_inputs(messages, request.tools)
-    return RouteKeys(named, lineage_key(named, hints.conversation, head, messages))
-
-
 def route_context(
     request: CoreRequest,
     settings: Settings,
@@ -86,22 +51,22 @@ def route_context(
     images: list[CheckedImage],
     order: list[int],
     image_tokens: int,
-    keys: RouteKeys | None = None,
 ) -> RequestContext:
     """What routing sees of a request (gateway.routing.replica.RequestContext): its session,
     its lineage within the session and the lineage's kind, its prompt head, its images
-    (`images` in request order, `order` the prompt's). `keys`: route_keys's, when the caller
-    made them already."""
+    (`images` in request order, `order` the prompt's)."""
     hints = request.session
-    keys = keys or route_keys(request, settings, images)
+    routing = settings.routing
+    named = named_session(hints.header, hints.body, routing.session_fields)
     kind = declared_kind(hints.request_class, hints.conversation)
     tools = bool(request.tools)
     digests = [image.digest for image in images]
     image_digests = tuple(digests[i] for i in order)
-    if keys.lineage is None:
+    if named is None:
+        # One conversation per session: its root is its key, and its only lineage.
         return RequestContext(
             rid,
-            keys.session,
+            request_session_key(request, routing, digests),
             prompt,
             kind=kind,
             tools=tools,
@@ -110,11 +75,18 @@ def route_context(
             images=image_digests,
             image_tokens=image_tokens,
         )
+    messages = request.messages
+    if request.images:
+        # Only the root's first user message goes into the key: sentinels become digests.
+        messages = stable_parts(
+            messages[: _first_user_index(messages) + 1], request.images, digests
+        )
+    lineage = lineage_key(named, hints.conversation, head or "", messages)
     return RequestContext(
         rid,
-        keys.session,
+        named,
         prompt,
-        lineage=keys.lineage,
+        lineage=lineage,
         kind=kind,
         tools=tools,
         head=head,

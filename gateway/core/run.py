@@ -23,7 +23,7 @@ from gateway.core.heads import prompt_head
 from gateway.core.images import check_markers
 from gateway.core.relay import Relay, error_kind
 from gateway.core.request import CoreRequest
-from gateway.core.retry import backoff_s, classify_failure, route_context, route_keys
+from gateway.core.retry import backoff_s, classify_failure, route_context
 from gateway.engine_stream import EngineStream
 from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError
 from gateway.media import CheckedImage, ImageRef
@@ -110,12 +110,6 @@ class Run:
         images = await resolve_images(state, request)
         if images:
             record.mark("media")
-        keys = route_keys(request, state.settings, images)
-        # The lineage is known before the prompt: routing's shared-store round trip, when
-        # gateways share one, runs while the prompt renders (gateway.routing.fleet).
-        if state.picker.prefetch(self._rid, keys.key, keys.session if keys.lineage else None):
-            # One turn of the loop: the fetch sends its command before a render on the loop.
-            await asyncio.sleep(0)
         prompt, order = await render_prompt(state, request)
         record.mark("render")
         tag = state.settings.model.reasoning_open_tag
@@ -126,7 +120,7 @@ class Run:
         # Keys are hashed here, before anything could log them (gateway.routing.session_key).
         ctx = route_context(
             request, state.settings, self._rid, prompt, head, head_tokens, images, order,
-            image_tokens, keys,
+            image_tokens,
         )  # fmt: skip
         if head is not None and head_tokens and state.head_tokens.shared(head, ctx.session_key):
             ctx = dataclasses.replace(ctx, save_head=True)
@@ -289,8 +283,6 @@ class Run:
         self._state.release()
         replica, ctx = self._replica, self._ctx
         if replica is None or ctx is None:
-            # Ended before routing (a 400, a client gone): what routing started for it goes.
-            self._state.picker.forget(self._rid)
             return
         self._prefilled()
         replica.in_flight -= 1

@@ -139,10 +139,6 @@ class AffinityPicker:
         the shared store's round trips in gateway.routing.fleet."""
         return self.pick(ctx, exclude)
 
-    def prefetch(self, request_id: str, key: str, session: str | None) -> bool:
-        """Nothing to fetch in process."""
-        return False
-
     async def prepare(self) -> None:
         """Nothing to prepare in process (gateway.routing.fleet loads its store scripts)."""
 
@@ -525,9 +521,9 @@ class AffinityPicker:
             self.heads.put(ctx.head, replica.name, now)
             self.pins.leave(replica.name, "head:" + ctx.head, now)
 
-    def forget(self, request_id: str) -> None:
+    def forget(self, ctx: RequestContext) -> None:
         """Drop what pick noted for a request that never reached the engine."""
-        self._pending.pop(request_id, None)
+        self._pending.pop(ctx.request_id, None)
 
 
 def saved_head(ctx: RequestContext, affinity: str, cached_tokens: int) -> bool:

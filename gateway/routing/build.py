@@ -47,8 +47,6 @@ def build_routing(
             max_pending_writes=settings.state.max_pending_writes,
             write_skipped=metrics.state_writes_skipped.inc,
             report_delay_s=settings.state.report_delay_s,
-            # One fetch per request in flight at most: admission bounds those.
-            max_prefetches=settings.admission.max_in_flight,
         )
 
     def replica_changed(replica: Replica) -> None:

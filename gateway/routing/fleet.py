@@ -15,11 +15,8 @@ pick, each bounded by `state.timeout_s` (gateway.shared_state):
    spill, or a pin the store lacks. Atomic: a gateway that lost a race for the same new
    lineage gets the winner's replica back and sends the request there ("adopted").
 
-A pinned turn, the usual one, costs the fetch alone, and it is started before the prompt is
-rendered (`prefetch`: the lineage key needs no rendered text), so the round trip overlaps the
-render, the head count and the /generate body; `route` then awaits it. Each turn's prompt
-tokens, its pin's last use and its prompt head are reported after it ends
-(gateway.routing.write_back). The requests
+A pinned turn, the usual one, costs the fetch alone; each turn's prompt tokens, its pin's last
+use and its prompt head are reported after it ends (gateway.routing.write_back). The requests
 of one gateway that are likely to place a lineage (it has no pin for it) go through fetch,
 pick and claim one at a time, so each pick counts every placement the gateway made before it,
 as in process.
@@ -37,7 +34,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 
 from gateway.routing import capacity
 from gateway.routing.affinity import AffinityPick, AffinityPicker, _Pending
@@ -61,16 +57,6 @@ log = logging.getLogger("gateway.routing.fleet")
 _PLACED = ("new", "head", "failover", "spill")
 
 
-@dataclass(slots=True)
-class _Prefetch:
-    """A pinned turn's fetch, started before its prompt was rendered."""
-
-    key: str
-    names: list[str]
-    reports: list[Report]
-    task: asyncio.Task[Snapshot | None]
-
-
 class FleetPicker(AffinityPicker):
     def __init__(
         self,
@@ -83,15 +69,10 @@ class FleetPicker(AffinityPicker):
         max_pending_writes: int,
         write_skipped: Callable[[], None],
         report_delay_s: float,
-        max_prefetches: int = 1024,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(replicas, settings, count, clock)
         self._tables = tables
-        # Fetches started by `prefetch`, by request id, until `route` or `forget` takes them:
-        # one per request in flight, at most `max_prefetches` (past it, `route` fetches).
-        self._prefetched: dict[str, _Prefetch] = {}
-        self._max_prefetches = max_prefetches
         self._claimed = claimed
         self.write_back = WriteBack(
             tables,
@@ -129,44 +110,6 @@ class FleetPicker(AffinityPicker):
 
     # -- the store's round trips around the pick ---------------------------------------------
 
-    def prefetch(self, request_id: str, key: str, session: str | None) -> bool:
-        """A turn of a lineage this gateway has a pin for: its fetch starts now. A lineage it
-        has none for is most likely placed, under `_placing`, with the head's replicas and
-        the counts: that fetch waits for the pick."""
-        if (
-            self._settings.policy != "flashbox"
-            or self.pins.peek(key) is None
-            or request_id in self._prefetched
-            or len(self._prefetched) >= self._max_prefetches
-        ):
-            return False
-        usable = [r for r in self._replicas if r.healthy and not r.draining]
-        names = [r.name for r in usable]
-        may_spill = self._settings.spill and any(
-            capacity.wait_s(r, self._settings) > 0 for r in usable
-        )
-        reports = self.write_back.take_reports()
-        task = asyncio.create_task(
-            self._tables.fetch(key, session, None, names, count=may_spill, reports=reports)
-        )
-        self._prefetched[request_id] = _Prefetch(key, names, reports, task)
-        return True
-
-    def forget(self, request_id: str) -> None:
-        super().forget(request_id)
-        found = self._prefetched.pop(request_id, None)
-        if found is not None:
-            self._discard(found)
-
-    def _discard(self, found: _Prefetch) -> None:
-        """A fetch nobody will read: it delivers its reports, or gives them back."""
-
-        def done(task: asyncio.Task[Snapshot | None]) -> None:
-            if found.reports and (task.cancelled() or task.result() is None):
-                self.write_back.put_back(found.reports)
-
-        found.task.add_done_callback(done)
-
     async def route(self, ctx: RequestContext, exclude: Collection[str] = ()) -> AffinityPick:
         key = ctx.key
         if self._settings.policy != "flashbox" or key is None:
@@ -186,28 +129,16 @@ class FleetPicker(AffinityPicker):
         may_spill = self._settings.spill and any(
             capacity.wait_s(r, self._settings) > 0 for r in usable
         )
-        ahead = self._prefetched.pop(ctx.request_id, None)
-        # Not for a retry (its replicas changed), a pin that expired since (the pick places),
-        # or another set of usable replicas (the counts asked for would not be theirs).
-        if ahead is not None and (
-            exclude or ahead.key != key or ahead.names != names or self.pins.peek(key) is None
-        ):
-            self._discard(ahead)
-            ahead = None
-        if ahead is not None:
-            reports = ahead.reports
-            snapshot = await ahead.task
-        else:
-            # The reports waiting ride along (gateway.routing.write_back).
-            reports = self.write_back.take_reports()
-            snapshot = await self._tables.fetch(
-                key,
-                session,
-                head,
-                names,
-                count=may_spill or self.pins.peek(key) is None,
-                reports=reports,
-            )
+        # The reports waiting ride along (gateway.routing.write_back).
+        reports = self.write_back.take_reports()
+        snapshot = await self._tables.fetch(
+            key,
+            session,
+            head,
+            names,
+            count=may_spill or self.pins.peek(key) is None,
+            reports=reports,
+        )
         if snapshot is None and reports:
             self.write_back.put_back(reports)
         # From here to the claim nothing awaits: the pick sees this snapshot and no other.

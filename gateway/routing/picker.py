@@ -49,17 +49,6 @@ class ReplicaPicker(Protocol):
         """A replica for the request, not one named in `exclude` (those failed this request)."""
         ...
 
-    def prefetch(self, request_id: str, key: str, session: str | None) -> bool:
-        """The request's lineage (`key`; `session` when the session holds several) is known
-        before its prompt is rendered: start what `route` will need of the routing state (the
-        shared store's round trip, gateway.routing.fleet), so it overlaps the rendering.
-        True when something was started."""
-        ...
-
-    def forget(self, request_id: str) -> None:
-        """The request ends without having been routed: drop what was kept for it."""
-        ...
-
     async def route(self, ctx: RequestContext, exclude: Collection[str] = ()) -> Pick:
         """`pick` with the routing state's own round trips around it (the shared store's,
         when gateways share one: gateway.routing.fleet); what the request path calls."""

@@ -8,11 +8,9 @@ message and the tool list — which stays the same across the turns of one conve
 Lineage: one conversation within a session. A session named by a header or a field holds
 several (the main conversation, subagents, side requests such as titles, the conversation
 restarted after compaction), each with its own prompt and so its own checkpoint: the lineage
-key is the session's, the agent id the client sent, and the conversation's root (what the
-prompt's head is rendered from — the leading system and developer messages and the tools — and
-the first user message). It is known before the prompt is rendered, so a fleet's gateway can
-ask the shared store for the lineage's pin while it renders (gateway.routing.fleet). A session
-keyed by its root is one lineage.
+key is the session's, the agent id the client sent, and the conversation's root (the rendered
+prompt's head, digested once by the caller, and the first user message). A session keyed by its
+root is one lineage.
 """
 
 from __future__ import annotations
@@ -68,21 +66,6 @@ def first_user(messages: Sequence[Mapping[str, Any]]) -> Any:
     return None
 
 
-def head_inputs(
-    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
-) -> str:
-    """A digest of what a prompt's head is rendered from: the leading system and developer
-    messages, and the tools (equal inputs render equal heads)."""
-    lead: list[Any] = []
-    for message in messages:
-        role = message.get("role")
-        if role not in ("system", "developer"):
-            break
-        lead.append([role, message.get("content")])
-    material = orjson.dumps([lead, list(tools or [])], option=orjson.OPT_SORT_KEYS)
-    return _digest("head-inputs", material)
-
-
 def digest_text(kind: str, text: str) -> str:
     """A digest of a text the key functions need (a rendered prompt's head)."""
     return _digest(kind, text.encode())
@@ -91,8 +74,7 @@ def digest_text(kind: str, text: str) -> str:
 def lineage_key(
     session: str, agent: str | None, head: str, messages: Sequence[Mapping[str, Any]]
 ) -> str:
-    """A conversation of `session`: its agent id, its head inputs' digest (`head_inputs`) and
-    its first user message."""
+    """A conversation of `session`: its agent id, its head's digest and first user message."""
     material = orjson.dumps([session, agent or "", head, first_user(messages)])
     return _digest("lineage", material)
 
