@@ -291,14 +291,7 @@ class AffinityPicker:
             # yet gets it now (this lineage prefills it there cold, and the engine saves it).
             # A project's sessions then have holders to choose from; with one holder per head,
             # the benchmark put half of their first turns behind another session's prefill.
-            spare = next(
-                (
-                    r
-                    for r in ranked(key, usable)
-                    if r.name not in held and r.prefill_s == 0 and self._fits(r, usable, kind)
-                ),
-                None,
-            )
+            spare = self._idle(key, usable, kind, skip=held)
             if spare is not None:
                 log.info(
                     "head %s: its holders are busy (%.0f s queued at best); saved at %s too",
@@ -336,11 +329,21 @@ class AffinityPicker:
         if target is None:
             target = self._placement(key, usable, "new")
         if target.prefill_s > 0:
-            free = (r for r in ranked(key, usable) if r.prefill_s == 0)
-            idle = next((r for r in free if self._fits(r, usable, kind)), None)
-            if idle is not None:
-                return idle
+            return self._idle(key, usable, kind) or target
         return target
+
+    def _idle(
+        self, key: str, usable: list[Replica], kind: str, skip: Collection[str] = ()
+    ) -> Replica | None:
+        """The lineage's first rendezvous choice with no prefill queued where it fits."""
+        return next(
+            (
+                r
+                for r in ranked(key, usable)
+                if r.prefill_s == 0 and r.name not in skip and self._fits(r, usable, kind)
+            ),
+            None,
+        )
 
     def _fits(self, replica: Replica, usable: list[Replica], kind: str, extra: int = 0) -> bool:
         """Whether a new lineage may join `replica` rather than its rendezvous choice: a side
