@@ -277,12 +277,10 @@ class AffinityPicker:
         ]
         if not holders:
             return cold, "new", 0
-        settings = self._settings
-        tokens = capacity.prompt_tokens(len(ctx.prompt), ctx.image_tokens, settings)
         # The one whose queue ends first: a head hit behind another session's cold prefill
         # waits as long as the prefill it saves.
         best = min(holders, key=lambda r: r.prefill_s)
-        interval = capacity.track_interval(best, settings)
+        interval = capacity.track_interval(best, self._settings)
         expected = ctx.head_tokens // interval * interval
         if not expected:
             return best, "new", 0
@@ -300,8 +298,8 @@ class AffinityPicker:
                     spare.name,
                 )
                 return spare, "new", 0
-        there = best.prefill_s + capacity.prefill_s(tokens, expected, settings)
-        elsewhere = cold.prefill_s + capacity.prefill_s(tokens, 0, settings)
+        there = best.prefill_s + self._prefill_s(ctx, expected)
+        elsewhere = cold.prefill_s + self._prefill_s(ctx, 0)
         if cold.name not in held and elsewhere < there:
             log.info(
                 "head %s: queue at %s (%.0f s) costs more than a cold prefill at %s",
@@ -456,8 +454,12 @@ class AffinityPicker:
         if affinity not in ("pinned", "head"):
             self._count(affinity, kind)
         cached = pending.expected_cached if pending is not None else 0
+        return AffinityPick(replica, affinity, self._prefill_s(ctx, cached))
+
+    def _prefill_s(self, ctx: RequestContext, cached_tokens: int) -> float:
+        """The engine seconds the request's prefill adds to a replica's queue."""
         tokens = capacity.prompt_tokens(len(ctx.prompt), ctx.image_tokens, self._settings)
-        return AffinityPick(replica, affinity, capacity.prefill_s(tokens, cached, self._settings))
+        return capacity.prefill_s(tokens, cached_tokens, self._settings)
 
     # -- report ----------------------------------------------------------------------------
 

@@ -336,8 +336,7 @@ class FleetPicker(AffinityPicker):
             name,
             pick.replica.name,
         )
-        tokens = capacity.prompt_tokens(len(ctx.prompt), ctx.image_tokens, self._settings)
-        return AffinityPick(target, pick.affinity, capacity.prefill_s(tokens, 0, self._settings))
+        return AffinityPick(target, pick.affinity, self._prefill_s(ctx, 0))
 
     # -- what the pick reads -----------------------------------------------------------------
 
