@@ -1,7 +1,7 @@
 """Checking an image's bytes with Pillow and building what the engine receives.
 
 Synchronous and CPU-bound: gateway/media/resolver.py runs it in a worker thread when the image
-is large (Pillow's decoders, zlib, hashlib and pybase64 release the GIL while they work). Order
+is large (Pillow's decoders, zlib-ng, hashlib and pybase64 release the GIL while they work). Order
 matters for cost: the format is sniffed from the magic bytes, the size read from the header,
 and the pixel, aspect-ratio and token bounds applied, all before a single pixel is decoded; only
 then verify() and the pixel-data check (truncated or corrupt files), at the least cost that

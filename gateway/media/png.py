@@ -12,12 +12,21 @@ keeps such an image with black rows; libpng refuses it).
 A file whose decoding does more than that is left to a full decode (`rows_to_check` answers
 None): an APNG (its frame chunks are pixel data too), or one with chunks between the image data
 and IEND, which Pillow parses once the pixels are read and can fail on.
+
+The inflating is zlib-ng's (python-zlib-ng: CPython's zlib module over zlib-ng's SIMD inflate),
+in 0.4-0.8x of stdlib zlib's CPU on these rows (docs/benchmarks.md). It keeps zlib's
+decompressobj semantics this loop relies on (max_length, unconsumed_tail, eof) and its
+verdicts, message for message (tests/gateway/media/test_png.py compares them on broken
+streams); python-isal's inflate, about as fast, was rejected: it accepts a window size
+zlib refuses and buffers input past unconsumed_tail.
 """
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
+from typing import cast
+
+from zlib_ng import zlib_ng
 
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Colour type -> samples per pixel (PNG spec 11.2.2); Pillow's open refuses other types.
@@ -26,10 +35,14 @@ _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 _ADAM7 = ((0, 8, 0, 8), (4, 8, 0, 8), (0, 4, 4, 8), (2, 4, 0, 4), (0, 2, 2, 4), (1, 2, 0, 2),
           (0, 1, 1, 2))  # fmt: skip
 _MAX_FILTER = 4  # None, Sub, Up, Average, Paeth
-# Compressed bytes given to zlib per call, and decompressed bytes taken back: memory stays at
-# a few hundred KB whatever the image, and zlib releases the GIL during each call.
+# Compressed bytes given to zlib-ng per call, and decompressed bytes taken back: memory stays at
+# a few hundred KB whatever the image, and zlib-ng releases the GIL during each call.
 INFLATE_INPUT_SLICE = 64 * 1024
 INFLATE_OUTPUT_SLICE = 256 * 1024
+
+
+# zlib_ng.pyi declares `error: Exception` (an instance); at run time it is the exception class.
+_InflateError = cast("type[Exception]", zlib_ng.error)
 
 
 class PixelDataError(ValueError):
@@ -71,7 +84,7 @@ def check_rows(plan: RowPlan) -> None:
     passes = iter(plan.passes)
     rows_left, stride = next(passes)
     total = plan.total
-    inflater = zlib.decompressobj()
+    inflater = zlib_ng.decompressobj()
     produced = 0  # bytes inflated so far
     next_row = 0  # offset of the next row's filter byte
     try:
@@ -99,7 +112,7 @@ def check_rows(plan: RowPlan) -> None:
                     break
             if inflater.eof:
                 break
-    except zlib.error as exc:
+    except _InflateError as exc:
         raise PixelDataError(f"its compressed data is corrupt ({exc})") from None
     if produced < total:
         raise PixelDataError(f"its pixel data ends after {produced:,} of {total:,} bytes")
