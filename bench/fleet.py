@@ -11,11 +11,13 @@ Reported per mode: the share of eligible turns that hit their checkpoint (the si
 tokens cover the previous prompt), TTFT p50/p95 of turns >= 2 in hardware seconds
 (bench/sessions.py: with_engine_timings), and the gateways' store errors and lost claims.
 
-Store overhead. One stream (one request at a time): two gateways in front of the same
-simulators, one with FLASHBOX_STATE_URL and one without; pairs of short multi-turn sessions,
-one on each, their turns alternating between the two (both see the same engine load, and the
-box's drift hits both alike). Reported: each one's wall-clock TTFT p50 (all turns, and turns
->= 2, the pinned ones), the difference, and the store's round trips from the shared gateway's
+Store overhead. One stream (one request at a time): three gateways in front of the same
+simulators: `plain` without FLASHBOX_STATE_URL, `shared` with it, and `shared_wait` with it and
+`state.pinned_turns_wait` (a pinned turn waits for the store's fetch, as before the move
+watch: gateway.routing.moves); short multi-turn sessions, one on each, their turns taking
+turns between the three (all see the same engine load, and the box's drift hits all alike).
+Reported: each one's wall-clock TTFT p50 (all turns, and turns >= 2, the pinned ones), the
+differences to `plain`, and the store's round trips from the shared gateways'
 flashbox_state_seconds.
 
     python -m bench fleet                       # 3 x 48 slots, 4 running, 132 sessions
@@ -55,6 +57,9 @@ from gateway.routing.capacity import budget_for
 from gateway.settings import RoutingSettings
 
 MODES = ("one", "alternate", "random")
+# The store-overhead run's gateways with a store: pinned turns sent first, and waiting.
+SHARED_GATEWAYS = ("shared", "shared_wait")
+
 # The store-overhead run's simulators: the engine's share of TTFT is a few milliseconds.
 OVERHEAD_TIME_SCALE = 0.001
 # session index, turn (0-based) -> which gateway serves it
@@ -267,8 +272,8 @@ def run_mode(cfg: FleetConfig, mode: str) -> tuple[dict[str, Any], list[TurnResu
 async def overhead_turns(
     cfg: FleetConfig, urls: Mapping[str, str]
 ) -> dict[str, list[tuple[int, float]]]:
-    """One request at a time: pairs of sessions, one on each gateway, their turns alternating
-    between the two (which goes first alternates too), so drift in the box's load hits both
+    """One request at a time: sets of sessions, one on each gateway, their turns taking turns
+    between the gateways (which goes first rotates too), so drift in the box's load hits all
     alike. Per gateway: (turn, wall-clock TTFT in ms) of each answered turn."""
     out: dict[str, list[tuple[int, float]]] = {name: [] for name in urls}
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as client:
@@ -281,9 +286,10 @@ async def overhead_turns(
                 ]
                 for name in urls
             }
+            names = list(urls)
             for turn in range(1, cfg.overhead_turns + 1):
-                order = list(urls) if (pair + turn) % 2 else list(urls)[::-1]
-                for name in order:
+                first = (pair + turn) % len(names)
+                for name in names[first:] + names[:first]:
                     body = {"model": "glm-5.3-flash", "messages": talks[name], "max_tokens": 16}
                     headers = {"x-session-id": f"overhead-{name}-{pair}"}
                     record = await stream_chat(
@@ -314,9 +320,18 @@ def run_overhead(cfg: FleetConfig) -> dict[str, Any]:
         stack.callback(plain.stop)
         shared = start_gateway(urls, env=gateway_env(store, cfg.state_timeout_s))
         stack.callback(shared.stop)
-        turns = asyncio.run(overhead_turns(cfg, {"plain": plain.url, "shared": shared.url}))
-        figures = store_figures([shared])
-    asked = cfg.overhead_turns * 2 * max(1, cfg.overhead_sessions // 2)
+        waiting = start_gateway(
+            urls,
+            env={
+                **gateway_env(store, cfg.state_timeout_s),
+                "FLASHBOX_STATE__PINNED_TURNS_WAIT": "true",
+            },
+        )
+        stack.callback(waiting.stop)
+        gateways = {"plain": plain.url, "shared": shared.url, "shared_wait": waiting.url}
+        turns = asyncio.run(overhead_turns(cfg, gateways))
+        figures = {"shared": store_figures([shared]), "shared_wait": store_figures([waiting])}
+    asked = cfg.overhead_turns * len(gateways) * max(1, cfg.overhead_sessions // 2)
     answered = sum(len(v) for v in turns.values())
     out: dict[str, Any] = {"store": figures, "errors": asked - answered}
     for name, samples in turns.items():
@@ -324,8 +339,9 @@ def run_overhead(cfg: FleetConfig) -> dict[str, Any]:
             "all": summarize([ms for _, ms in samples]),
             "later": summarize([ms for turn, ms in samples if turn >= 2]),
         }
-    out["added_p50_ms"] = out["shared"]["all"]["p50"] - out["plain"]["all"]["p50"]
-    out["added_p50_later_ms"] = out["shared"]["later"]["p50"] - out["plain"]["later"]["p50"]
+    for name in SHARED_GATEWAYS:
+        out[f"added_p50_ms_{name}"] = out[name]["all"]["p50"] - out["plain"]["all"]["p50"]
+        out[f"added_p50_later_ms_{name}"] = out[name]["later"]["p50"] - out["plain"]["later"]["p50"]
     return out
 
 
@@ -370,23 +386,25 @@ def overhead_markdown(o: dict[str, Any]) -> str:
         "| gateway, 1 stream | TTFT p50 ms | p95 ms | TTFT p50 ms, turns >= 2 | requests |",
         "|---|---|---|---|---|",
     ]
-    for name in ("plain", "shared"):
+    for name in ("plain", *SHARED_GATEWAYS):
         every, later = o[name]["all"], o[name]["later"]
         lines.append(
             f"| {name} | {every['p50']:.2f} | {every['p95']:.2f} | {later['p50']:.2f} "
             f"| {every['count']:.0f} |"
         )
-    trips = ", ".join(
-        f"{op} {v['mean_ms']:.3f} ms mean x {v['count']:.0f}"
-        for op, v in sorted(o["store"]["round_trips"].items())
-    )
-    lines += [
-        "",
-        f"- Store's added TTFT p50: {o['added_p50_ms']:+.2f} ms (all turns), "
-        f"{o['added_p50_later_ms']:+.2f} ms (turns >= 2) (goal: at most 0.5 ms).",
-        f"- Round trips ({trips}); store errors {o['store']['errors']:.0f}; "
-        f"requests that failed {o['errors']}.",
-    ]
+    lines.append("")
+    for name in SHARED_GATEWAYS:
+        store = o["store"][name]
+        trips = ", ".join(
+            f"{op} {v['mean_ms']:.3f} ms mean x {v['count']:.0f}"
+            for op, v in sorted(store["round_trips"].items())
+        )
+        lines += [
+            f"- {name}: the store's added TTFT p50 {o[f'added_p50_ms_{name}']:+.2f} ms (all "
+            f"turns), {o[f'added_p50_later_ms_{name}']:+.2f} ms (turns >= 2) (goal: at most "
+            f"0.5 ms); round trips ({trips}); store errors {store['errors']:.0f}.",
+        ]
+    lines.append(f"- Requests that failed: {o['errors']}.")
     return "\n".join(lines)
 
 

@@ -184,6 +184,9 @@ class SharedStateSettings(_Section):
     max_pending_writes: int = Field(default=32, gt=0)
     # How long a turn's report waits for a fetch to carry it before it is sent on its own.
     report_delay_s: float = Field(default=0.01, ge=0)
+    # A pinned turn is sent to its replica while its fetch runs (gateway.routing.fleet); true:
+    # it waits for the fetch, one round trip more before its first token (for comparison).
+    pinned_turns_wait: bool = False
 
 
 class RoutingSettings(_Section):

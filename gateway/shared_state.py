@@ -28,6 +28,8 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -71,9 +73,21 @@ class SharedStore:
             retry_on_timeout=False,
         )
         self.client: aioredis.Redis = aioredis.Redis.from_pool(pool)  # owns and closes the pool
+        self._url = url
         self._skip_until = 0.0
         self.up = True
         metrics.state_up.set(1)
+
+    def subscriber(self) -> aioredis.Redis:
+        """A client of its own for a subscription (gateway.routing.moves), outside the pool
+        and its bound on calls in flight. It never reconnects by itself: the subscriber
+        must know when it may have missed a message."""
+        return aioredis.Redis.from_url(
+            self._url,
+            socket_connect_timeout=max(self.settings.connect_timeout_s, self.settings.timeout_s),
+            health_check_interval=0,
+            retry=Retry(NoBackoff(), 0),
+        )
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)

@@ -257,6 +257,8 @@ class Run:
             # Clamped: float sums drift, and a queue is never negative.
             self._replica.prefill_s = max(0.0, self._replica.prefill_s - self._prefill_s)
         self._prefill_s = 0.0
+        if self._ctx is not None:
+            self._state.picker.first_token(self._ctx)
 
     async def _client_gone(self) -> None:
         self._outcome = Outcome.CLIENT_GONE

@@ -52,7 +52,9 @@ log = logging.getLogger("gateway.routing.affinity")
 # flashbox_affinity_total{outcome,lineage}: each pinned turn counts once, as hit,
 # verified_miss or media_reset (or unverified when it ended without usage); a new lineage placed
 # where its head's checkpoint is counts as head_hit or head_miss when it ends; the other outcomes
-# count when the pick is made.
+# count when the pick is made, but "moved": a pinned turn a gateway of a fleet sent before the
+# store answered, to a replica another gateway had moved the lineage from (gateway.routing.fleet),
+# counted when the store's answer shows it (instead of its hit or verified_miss).
 OUTCOMES = (
     "hit",
     "verified_miss",
@@ -64,6 +66,7 @@ OUTCOMES = (
     "spill",
     "failover",
     "unpinned",
+    "moved",
 )
 
 
@@ -183,12 +186,16 @@ class AffinityPicker:
                 # Pending too: its prompt is what the next turn's verification expects there.
                 pending = _Pending(key, "spill", 0, kind)
                 return self._chosen(ctx, target, "spill", pending, now, kind)
-        interval = capacity.track_interval(pinned, self._settings)
+        pending = self._promise(ctx, key, pin, pinned)
+        return self._chosen(ctx, pinned, "pinned", pending, now, pin.kind)
+
+    def _promise(self, ctx: RequestContext, key: str, pin: Pin, replica: Replica) -> _Pending:
+        """What a pinned turn's verification expects of the engine, from the pin as known."""
+        interval = capacity.track_interval(replica, self._settings)
         promised = pin.sequence_tokens if _carries_output(ctx.prompt, pin) else 0
         expected = max(pin.last_prompt_tokens, promised) // interval * interval
         reset = _adds_image(pin.images, ctx.images)
-        pending = _Pending(key, "pinned", expected, pin.kind, reset)
-        return self._chosen(ctx, pinned, "pinned", pending, now, pin.kind)
+        return _Pending(key, "pinned", expected, pin.kind, reset)
 
     def _place(
         self, ctx: RequestContext, key: str, usable: list[Replica], kind: str, now: float
@@ -525,6 +532,10 @@ class AffinityPicker:
         ):
             self.heads.put(ctx.head, replica.name, now)
             self.pins.leave(replica.name, "head:" + ctx.head, now)
+
+    def first_token(self, ctx: RequestContext) -> None:
+        """The request's first token came (or it ended without one); in process, nothing
+        waits for it (gateway.routing.fleet sends a pinned turn's fetch then)."""
 
     def forget(self, ctx: RequestContext) -> None:
         """Drop what pick noted for a request that never reached the engine."""

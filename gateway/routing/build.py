@@ -47,6 +47,7 @@ def build_routing(
             max_pending_writes=settings.state.max_pending_writes,
             write_skipped=metrics.state_writes_skipped.inc,
             report_delay_s=settings.state.report_delay_s,
+            pinned_turns_wait=settings.state.pinned_turns_wait,
         )
 
     def replica_changed(replica: Replica) -> None:

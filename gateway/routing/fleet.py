@@ -15,11 +15,22 @@ pick, each bounded by `state.timeout_s` (gateway.shared_state):
    spill, or a pin the store lacks. Atomic: a gateway that lost a race for the same new
    lineage gets the winner's replica back and sends the request there ("adopted").
 
-A pinned turn, the usual one, costs the fetch alone; each turn's prompt tokens, its pin's last
-use and its prompt head are reported after it ends (gateway.routing.write_back). The requests
-of one gateway that are likely to place a lineage (it has no pin for it) go through fetch,
-pick and claim one at a time, so each pick counts every placement the gateway made before it,
-as in process.
+A pinned turn, the usual one, does not wait for the store: it is sent to the replica of this
+gateway's pin, and its fetch goes after its first token. A pin moves only on a failover or a
+spill, and every move is heard (gateway.routing.moves), so only a pin the store confirmed and
+no other gateway moved since goes first. The fetch's answer brings the lineage's last prompt
+tokens (the other gateways' turns), and the turn is verified against them. Should another
+gateway have moved the lineage unheard, the turn went to the replica it left: it is counted as
+"moved", not verified, and the store's pin is adopted here, so the lineage's next turn goes
+where the other gateway put it (writing this turn's replica back instead would let two gateways
+that each knew a different replica move the lineage back and forth, a miss per turn). A pinned
+turn waits for the fetch when a replica has requests queued (it may spill: the pick needs the
+fleet's counts), or with `state.pinned_turns_wait`.
+
+Each turn's prompt tokens, its pin's last use and its prompt head are reported after it ends
+(gateway.routing.write_back). The requests of one gateway that are likely to place a lineage
+(it has no pin for it) go through fetch, pick and claim one at a time, so each pick counts
+every placement the gateway made before it, as in process.
 
 When the store does not answer (run returns None, counted by SharedStore), the gateway routes
 on its local tables, rendezvous hashing (which gateways compute alike) and the fleet's counts
@@ -31,12 +42,15 @@ restarted store) is written back by the next gateway that serves a turn of it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 
 from gateway.routing import capacity
 from gateway.routing.affinity import AffinityPick, AffinityPicker, _Pending
+from gateway.routing.moves import MoveWatch
 from gateway.routing.picker import Outcome
 from gateway.routing.pins import Pin
 from gateway.routing.replica import Replica, RequestContext, TurnOutput
@@ -56,6 +70,10 @@ log = logging.getLogger("gateway.routing.fleet")
 # Picks that change a pin (a pinned turn changes nothing until its report).
 _PLACED = ("new", "head", "failover", "spill")
 
+# A pinned turn's fetch waits for its first token at most this long: a prefill that takes
+# longer does not notice a millisecond, and a move should be found out before the turn ends.
+_CONFIRM_AFTER_S = 1.0
+
 
 class FleetPicker(AffinityPicker):
     def __init__(
@@ -69,10 +87,17 @@ class FleetPicker(AffinityPicker):
         max_pending_writes: int,
         write_skipped: Callable[[], None],
         report_delay_s: float,
+        pinned_turns_wait: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(replicas, settings, count, clock)
         self._tables = tables
+        self._pinned_turns_wait = pinned_turns_wait
+        # The fetches of pinned turns sent before the store answered (`_confirm`), by request.
+        self._confirming: dict[str, asyncio.Task[None]] = {}
+        # Set at the request's first token (or its end): its fetch goes then.
+        self._started: dict[str, asyncio.Event] = {}
+        self._watch = MoveWatch(tables.store, self._heard_move)
         self._claimed = claimed
         self.write_back = WriteBack(
             tables,
@@ -107,6 +132,7 @@ class FleetPicker(AffinityPicker):
 
     async def prepare(self) -> None:
         await self._tables.prepare()
+        self._watch.start()
 
     # -- the store's round trips around the pick ---------------------------------------------
 
@@ -114,6 +140,7 @@ class FleetPicker(AffinityPicker):
         key = ctx.key
         if self._settings.policy != "flashbox" or key is None:
             return self.pick(ctx, exclude)
+        self._watch.start()
         if self.pins.peek(key) is not None:
             return await self._route(ctx, key, exclude)
         async with self._placing:
@@ -129,8 +156,11 @@ class FleetPicker(AffinityPicker):
         may_spill = self._settings.spill and any(
             capacity.wait_s(r, self._settings) > 0 for r in usable
         )
+        if not may_spill and self._sends_before_answer(key, exclude):
+            return self._pinned_now(ctx, key, exclude, session, head, names)
         # The reports waiting ride along (gateway.routing.write_back).
         reports = self.write_back.take_reports()
+        epoch = self._epoch()
         snapshot = await self._tables.fetch(
             key,
             session,
@@ -157,6 +187,8 @@ class FleetPicker(AffinityPicker):
         if claim is None:
             if snapshot is None:
                 self.write_back.turned(key, turn_ms)
+            elif snapshot.pin is not None:
+                self._confirm_pin(key, snapshot.pin.replica, epoch)
             return pick
         self._count_placement(key, pick, before)
         claimed = None if snapshot is None else await self._tables.claim(claim, names)
@@ -169,8 +201,178 @@ class FleetPicker(AffinityPicker):
         self._claimed(claimed.status)
         self.write_back.sent(key)
         if claimed.pin.replica == pick.replica.name:
+            self._confirm_pin(key, claimed.pin.replica, epoch)
             return pick
-        return self._adopt(ctx, key, pick, claimed.pin)
+        adopted = self._adopt(ctx, key, pick, claimed.pin)
+        self._confirm_pin(key, claimed.pin.replica, epoch)
+        return adopted
+
+    # -- a pinned turn sent before the store answers ------------------------------------------
+
+    def _sends_before_answer(self, key: str, exclude: Collection[str]) -> bool:
+        """Whether the pick is a pinned turn to a replica this request may use, so nothing the
+        store can answer changes where it goes unless another gateway moved the lineage."""
+        if self._pinned_turns_wait or self.write_back.unsent_turn(key) is not None:
+            return False
+        pin = self.pins.peek(key)
+        now = self._clock()
+        if (
+            pin is None
+            or now - pin.last_used >= self.pins.idle_ttl_s
+            or not pin.confirmed
+            or pin.confirmed != self._epoch()
+        ):
+            return False
+        replica = self._by_name.get(pin.replica)
+        return (
+            replica is not None
+            and replica.healthy
+            and not replica.draining
+            and replica.name not in exclude
+            and replica.breaker.allows(now)
+        )
+
+    def _pinned_now(
+        self,
+        ctx: RequestContext,
+        key: str,
+        exclude: Collection[str],
+        session: str | None,
+        head: str | None,
+        names: list[str],
+    ) -> AffinityPick:
+        pick = self.pick(ctx, exclude)
+        if pick.affinity != "pinned":  # unreachable by _sends_before_answer's checks
+            raise AssertionError(f"a pinned turn was picked as {pick.affinity}")
+        started = self._started[ctx.request_id] = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(
+            self._confirm(ctx, key, pick, session, head, names, started)
+        )
+        self._confirming[ctx.request_id] = task
+        task.add_done_callback(lambda done: self._confirmed(ctx.request_id, done))
+        return pick
+
+    def _confirmed(self, request_id: str, task: asyncio.Task[None]) -> None:
+        if self._confirming.get(request_id) is task:
+            del self._confirming[request_id]
+            self._started.pop(request_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a pinned turn's fetch failed", exc_info=task.exception())
+
+    async def _confirm(
+        self,
+        ctx: RequestContext,
+        key: str,
+        pick: AffinityPick,
+        session: str | None,
+        head: str | None,
+        names: list[str],
+        started: asyncio.Event,
+    ) -> None:
+        """The fetch of a pinned turn already sent (see the module docstring), once its first
+        token has come: sent beside the engine's prefill, its answer and the store's own
+        wake-up cost the first token CPU on a busy host, and only the turn's end needs it."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_CONFIRM_AFTER_S):
+                await started.wait()
+        reports = self.write_back.take_reports()
+        epoch = self._epoch()
+        snapshot = await self._tables.fetch(key, session, head, names, count=False, reports=reports)
+        now = self._clock()
+        if snapshot is None:
+            if reports:
+                self.write_back.put_back(reports)
+            return
+        self._offset_ms = snapshot.now_ms - now * 1000
+        stored = snapshot.pin
+        sent_to = pick.replica.name
+        if stored is not None and stored.replica != sent_to:
+            self._apply(ctx, key, snapshot, now)
+            self._confirm_pin(key, stored.replica, epoch)
+            self._moved(ctx, key, sent_to, stored.replica)
+            return
+        self._apply(ctx, key, snapshot, now)
+        if stored is not None:
+            self._confirm_pin(key, stored.replica, epoch)
+        pending = self._pending.get(ctx.request_id)
+        pin = self.pins.peek(key)
+        if pending is not None and pin is not None and pin.replica == sent_to:
+            # Verified against the lineage's latest turn, whichever gateway served it (the
+            # report may already have come for a turn shorter than a round trip: then the
+            # promise as this gateway knew it stands).
+            self._pending[ctx.request_id] = self._promise(ctx, key, pin, pick.replica)
+        claim = self._claim_for(ctx, key, pick, snapshot, [])
+        if claim is None:
+            return
+        claimed = await self._tables.claim(claim, names)
+        if claimed is None:
+            self.write_back.unsent(key, claim.expected, self._turn_ms(self._clock()))
+            return
+        self._take_counts(claimed.now_ms, claimed.counts)
+        self._claimed(claimed.status)
+        self.write_back.sent(key)
+        if claimed.pin.replica == sent_to:
+            self._confirm_pin(key, sent_to, epoch)
+        else:
+            # Another gateway wrote a pin first (the store had lost this one).
+            self.pins.adopt(
+                key,
+                claimed.pin.replica,
+                self._clock(),
+                kind=claimed.pin.kind,
+                last_prompt_tokens=claimed.pin.last_prompt_tokens,
+                images=claimed.pin.images,
+            )
+            self._confirm_pin(key, claimed.pin.replica, epoch)
+            self._moved(ctx, key, sent_to, claimed.pin.replica)
+
+    def _moved(self, ctx: RequestContext, key: str, sent_to: str, stored: str) -> None:
+        """The turn went to `sent_to`, but another gateway had moved the lineage to `stored`."""
+        pending = self._pending.get(ctx.request_id)
+        if pending is not None and pending.affinity == "pinned":
+            self._pending[ctx.request_id] = dataclasses.replace(
+                pending, affinity="moved", expected_cached=0
+            )
+            self._count("moved", pending.kind)
+        log.info(
+            "lineage %s: sent to %s, but another gateway had moved it to %s (its next turn's)",
+            key[:12],
+            sent_to,
+            stored,
+        )
+
+    def first_token(self, ctx: RequestContext) -> None:
+        started = self._started.get(ctx.request_id)
+        if started is not None:
+            started.set()
+
+    def forget(self, ctx: RequestContext) -> None:
+        self.first_token(ctx)
+        super().forget(ctx)
+
+    def _epoch(self) -> int:
+        """The move watch's epoch, 0 while it is not subscribed (gateway.routing.moves)."""
+        return self._watch.epoch if self._watch.live else 0
+
+    def _confirm_pin(self, key: str, replica: str, epoch: int) -> None:
+        """The store answered `replica` for the lineage, with the watch subscribed since
+        before it asked (`epoch`, from before the round trip): its next turn may go first."""
+        pin = self.pins.peek(key)
+        if pin is not None and pin.replica == replica and epoch and epoch == self._epoch():
+            pin.confirmed = epoch
+
+    def _heard_move(self, key: str, replica: str) -> None:
+        """Another gateway wrote the lineage's pin (or retired it): its next turn here waits."""
+        pin = self.pins.peek(key)
+        if pin is not None and pin.replica != replica:
+            pin.confirmed = 0
+
+    async def settle(self) -> None:
+        """Wait for the fetches of pinned turns already sent, and the reports that waited for
+        them (tests, shutdown)."""
+        while self._confirming:
+            await asyncio.gather(*self._confirming.values(), return_exceptions=True)
+            await asyncio.sleep(0)  # the reports' callbacks
 
     def _apply(self, ctx: RequestContext, key: str, snapshot: Snapshot, now: float) -> None:
         """The store's state into the local tables: they are the fallback's knowledge."""
@@ -364,6 +566,23 @@ class FleetPicker(AffinityPicker):
         cached_tokens: int = 0,
         output: TurnOutput | None = None,
     ) -> None:
+        confirming = self._confirming.get(ctx.request_id)
+        self.first_token(ctx)
+        if confirming is not None and outcome is Outcome.OK:
+            # A turn shorter than the store's round trip: verified once the store has answered
+            # with what it promised (a retry's pick reuses the request's id, so only a finished
+            # turn waits; the others have no promise to verify).
+            confirming.add_done_callback(
+                lambda _done: self.report(
+                    ctx,
+                    replica,
+                    outcome,
+                    prompt_tokens=prompt_tokens,
+                    cached_tokens=cached_tokens,
+                    output=output,
+                )
+            )
+            return
         pending = ctx.request_id in self._pending
         super().report(
             ctx,
@@ -389,4 +608,6 @@ class FleetPicker(AffinityPicker):
             self.write_back.report(Report(pinned, replica.name, prompt_tokens, ctx.images, head))
 
     async def aclose(self) -> None:
+        await self.settle()
+        await self._watch.aclose()
         await self.write_back.aclose()

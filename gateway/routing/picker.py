@@ -70,6 +70,10 @@ class ReplicaPicker(Protocol):
         """Sessions pinned to the replica now (for /admin/replicas)."""
         ...
 
+    def first_token(self, ctx: RequestContext) -> None:
+        """The request's first token came, or it ended without one (gateway.core.run)."""
+        ...
+
     def report(
         self,
         ctx: RequestContext,

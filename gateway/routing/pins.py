@@ -37,6 +37,9 @@ class Pin:
     output_chars: int = 0
     output_digest: bytes = b""
     sequence_tokens: int = 0
+    # A fleet's gateway (gateway.routing.fleet): the epoch of its move watch in which the
+    # shared store last confirmed this pin's replica (0: not confirmed since it last heard).
+    confirmed: int = 0
 
     @property
     def durable(self) -> bool:

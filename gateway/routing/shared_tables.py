@@ -126,6 +126,7 @@ class Report:
 class SharedRoutingTables:
     def __init__(self, store: SharedStore, settings: RoutingSettings) -> None:
         self._store = store
+        self.store = store
         self._pin_ttl_ms = int(settings.pin_idle_ttl_s * 1000)
         self._head_ttl_ms = int(settings.head_idle_ttl_s * 1000)
         self._cap = settings.pin_table_size

@@ -182,6 +182,10 @@ else
     add(prefix .. 'live:' .. replica, now, key)
   end
   out = {replica, 'won', kind, tokens, images, last}
+  if cur[1] ~= replica then
+    -- Heard by every gateway's gateway.routing.moves: its pinned turns of this lineage wait.
+    redis.call('PUBLISH', prefix .. 'moves', key .. ' ' .. replica)
+  end
 end
 local retired = tonumber(ARGV[17])
 for i = 18, 17 + retired do
@@ -191,6 +195,7 @@ for i = 18, 17 + retired do
   if where then
     -- Its pin goes; its checkpoint stays charged, from its last use.
     redis.call('DEL', old_key)
+    redis.call('PUBLISH', prefix .. 'moves', old .. ' ')
     local live = prefix .. 'live:' .. where
     local used = redis.call('ZSCORE', live, old) or now
     redis.call('ZREM', live, old)

@@ -250,7 +250,8 @@ def _routing() -> list[PanelBuilder]:
             "Routing decisions per second: hit (back to the replica holding the lineage's "
             "checkpoint), new, head_hit / head_miss (a new conversation placed where its "
             "prompt head's checkpoint is), media_reset (a turn that added an image), spill, "
-            "failover, verified_miss (the engine did not hit what the pin promised).",
+            "failover, verified_miss (the engine did not hit what the pin promised), moved "
+            "(a fleet's pinned turn sent before the store showed another gateway had moved it).",
             OPS,
             [Query(_rate("flashbox_affinity_total", by="outcome"), "{{outcome}}")],
             stacked=True,

@@ -68,8 +68,13 @@ class Gateway:
         self.picker.report(
             c, replica, Outcome.OK, prompt_tokens=prompt_tokens, cached_tokens=cached
         )
+        await self.picker.settle()  # the turn's fetch (sent behind a pinned turn) answered
         await self.picker.write_back.settle()  # the report's write has landed
         return replica
+
+    async def close(self) -> None:
+        await self.picker.aclose()
+        await self.store.close()
 
     def replica(self, name: str) -> Replica:
         return next(r for r in self.replicas if r.name == name)
@@ -97,8 +102,8 @@ async def two(redis_server: RedisProc) -> AsyncIterator[tuple[Gateway, Gateway]]
     try:
         yield a, b
     finally:
-        await a.store.close()
-        await b.store.close()
+        await a.close()
+        await b.close()
 
 
 async def test_turns_alternating_between_gateways_keep_their_replica(
@@ -219,8 +224,8 @@ async def test_a_store_that_dies_and_comes_back(redis_server: RedisProc) -> None
         finally:
             back.stop()
     finally:
-        await a.store.close()
-        await b.store.close()
+        await a.close()
+        await b.close()
 
 
 async def test_a_pin_moved_while_the_store_was_away_is_written_back(
@@ -245,8 +250,8 @@ async def test_a_pin_moved_while_the_store_was_away_is_written_back(
         assert b.outcomes["verified_miss"] == 0
     finally:
         await admin.aclose()
-        await a.store.close()
-        await b.store.close()
+        await a.close()
+        await b.close()
 
 
 async def test_the_budgets_count_every_gateways_sessions(
@@ -265,8 +270,8 @@ async def test_the_budgets_count_every_gateways_sessions(
             await b.turn("one-more", 4000, 0)
         assert any("over budget" in r.getMessage() for r in caplog.records)
     finally:
-        await a.store.close()
-        await b.store.close()
+        await a.close()
+        await b.close()
 
 
 class Link:
@@ -341,8 +346,8 @@ async def test_the_latest_turn_decides_between_pins_made_apart(redis_server: Red
             assert (await b.turn(lineage, 11_000, 0)).name == latest
     finally:
         await link.cut()
-        await a.store.close()
-        await b.store.close()
+        await a.close()
+        await b.close()
 
 
 async def test_concurrent_new_sessions_spread_as_in_process(redis_server: RedisProc) -> None:
@@ -357,4 +362,4 @@ async def test_concurrent_new_sessions_spread_as_in_process(redis_server: RedisP
         spread = Counter(p.replica.name for p in picks)
         assert sorted(spread.values()) == [14, 14, 14], spread
     finally:
-        await a.store.close()
+        await a.close()
