@@ -175,6 +175,9 @@ class SharedStateSettings(_Section):
     timeout_s: float = Field(default=0.005, gt=0)
     connect_timeout_s: float = Field(default=0.25, gt=0)
     retry_s: float = Field(default=1.0, gt=0)
+    # Timeouts in a row before the store is skipped for retry_s (a refused connection or an
+    # error answer skips it at once): a lone timeout is most often a late event loop.
+    timeouts_before_skip: int = Field(default=2, gt=0)
     # Every key the gateways write starts with this (several fleets may share one server).
     key_prefix: str = "flashbox:"
     max_connections: int = Field(default=64, gt=0)

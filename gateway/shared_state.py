@@ -7,11 +7,14 @@ store, per-key rate limits.
 
 The store must never be a single point of failure, nor a wait: every round trip goes through
 `SharedStore.run`, which bounds it by `state.timeout_s` (a few milliseconds), and on a timeout,
-a refused connection or an error answer returns None, counts it in
-flashbox_state_errors_total{kind}, sets flashbox_state_up to 0 and skips the store for
-`state.retry_s` (so a dead store costs one timeout per retry_s, not one per request). Callers
-then decide on their local state. The first round trip that succeeds after that sets
-flashbox_state_up back to 1.
+a refused connection or an error answer returns None and counts it in
+flashbox_state_errors_total{kind}. Callers then decide on their local state. A refused
+connection, an error answer, or `state.timeouts_before_skip` timeouts in a row set
+flashbox_state_up to 0 and skip the store for `state.retry_s` (so a dead store costs a timeout
+or two per retry_s, not one per request). A lone timeout does not: on a loaded host it is most
+often this gateway's own event loop or a descheduled process that was late, and a second of
+placements made without the store is what lets two gateways disagree (docs/fleet.md). The
+first round trip that succeeds after a skip sets flashbox_state_up back to 1.
 
 The bound covers the wait for a connection: at most `state.max_connections` calls are in
 flight, and one that times out before its turn is never sent. A connection opened for a call
@@ -75,6 +78,7 @@ class SharedStore:
         self.client: aioredis.Redis = aioredis.Redis.from_pool(pool)  # owns and closes the pool
         self._url = url
         self._skip_until = 0.0
+        self._timeouts = 0  # in a row
         self.up = True
         metrics.state_up.set(1)
 
@@ -118,6 +122,7 @@ class SharedStore:
             self._failed("error", op)
             return None
         self._metrics.state_seconds.labels(op=op).observe(time.perf_counter() - started)
+        self._timeouts = 0
         if not self.up:
             self.up = True
             self._metrics.state_up.set(1)
@@ -126,6 +131,12 @@ class SharedStore:
 
     def _failed(self, kind: str, op: str) -> None:
         self._metrics.state_errors.labels(kind=kind).inc()
+        if kind == "timeout":
+            self._timeouts += 1
+            if self._timeouts < self.settings.timeouts_before_skip:
+                log.info("shared store: %s timed out; the next round trip tries again", op)
+                return
+        self._timeouts = 0
         self._skip_until = self._clock() + self.settings.retry_s
         if self.up:
             self.up = False

@@ -58,7 +58,16 @@ async def test_a_slow_answer_is_a_timeout_not_a_wait(redis_server: RedisProc) ->
         assert await store.run("blpop", lambda r: r.blpop([store.key("empty")], 1)) is None
         assert asyncio.get_running_loop().time() - started < 0.5
         assert _errors(metrics, "timeout") == 1
+        # A lone timeout is counted; the store is still asked (a late event loop, most often).
+        assert _up(metrics) == 1
+        assert store.available
+        assert await store.run("ping", lambda r: r.ping()) is True
+        # Two in a row (no answer between them): skipped for retry_s.
+        for _ in range(2):
+            assert await store.run("blpop", lambda r: r.blpop([store.key("empty")], 1)) is None
+        assert _errors(metrics, "timeout") == 3
         assert _up(metrics) == 0
+        assert not store.available
     finally:
         await store.close()
 
