@@ -1,24 +1,30 @@
 """Per-key rate limits across a fleet: two gateway processes sharing one redis-server, in front of
 one simulator, driven by the official openai and anthropic clients. A key limited to N requests
 a minute gets N answers in total across both gateways, then 429 with Retry-After in each
-face's own shape; another key is unaffected; with the store killed requests are still served,
+face's own shape; another key is unaffected; tokens used through one gateway count on the other; with the store killed requests are still served,
 each gateway enforcing the limits on its own traffic."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import anthropic
 import openai
 import pytest
+import redis
 
 from bench.procs import RedisProc, redis_server_binary, start_redis
+from gateway.ratelimit.limiter import key_id
 from tests.e2e.conftest import GATEWAY_ENV, MODEL, client_for, metric_sum
 from tests.support.procs import Proc, start_gateway, start_sim
 
 LIMIT = 3
 KEY_A, KEY_B, KEY_C = "sk-fleet-a", "sk-fleet-b", "sk-fleet-c"
+# A key with a tokens-per-minute limit one request's prompt and answer use up.
+KEY_D, TOKENS = "sk-fleet-d", 20
 HELLO: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
 
 
@@ -37,8 +43,11 @@ def fleet() -> Iterator[Fleet]:
     gateways: list[Proc] = []
     env = {
         **GATEWAY_ENV,
-        "FLASHBOX_API_KEYS": f"{KEY_A},{KEY_B},{KEY_C}",
+        "FLASHBOX_API_KEYS": f"{KEY_A},{KEY_B},{KEY_C},{KEY_D}",
         "FLASHBOX_RATE_LIMITS__REQUESTS_PER_MINUTE": str(LIMIT),
+        "FLASHBOX_RATE_LIMITS__KEYS": json.dumps(
+            {key_id(KEY_D): {"requests_per_minute": 100, "tokens_per_minute": TOKENS}}
+        ),
         "FLASHBOX_STATE_URL": store.url,
         # A generous round-trip bound: this box is shared and loaded (the default is 5 ms).
         "FLASHBOX_STATE__TIMEOUT_S": "0.5",
@@ -109,6 +118,27 @@ def test_n_answers_across_the_fleet_then_429_in_each_face_s_shape(fleet: Fleet) 
         metric_sum(g, "flashbox_rate_limited_total", {"source": "shared"}) for g in fleet.gateways
     )
     assert shared == 4
+
+
+def test_tokens_used_through_one_gateway_are_refused_by_the_other(fleet: Fleet) -> None:
+    a, b = fleet.gateways
+    answer = chat(a, KEY_D)
+    assert answer.usage is not None
+    assert answer.usage.total_tokens > TOKENS
+    # The tokens are charged after the answer is sent: wait for the charge to land in the store.
+    bucket = f"flashbox:ratelimit:{key_id(KEY_D)}:tokens"
+    with redis.Redis.from_url(fleet.store.url) as store:
+        deadline = time.monotonic() + 5.0
+        while not store.exists(bucket):
+            assert time.monotonic() < deadline, "a's charge never reached the store"
+            time.sleep(0.02)
+    with pytest.raises(openai.RateLimitError) as refused:
+        chat(b, KEY_D)
+    assert refused.value.status_code == 429
+    assert refused.value.type == "tokens"
+    assert int(refused.value.response.headers["retry-after"]) >= 1
+    with pytest.raises(anthropic.RateLimitError):
+        message(a, KEY_D)
 
 
 def test_with_the_store_killed_requests_are_served_under_local_limits(fleet: Fleet) -> None:
