@@ -26,6 +26,7 @@ from gateway.faces.openai_chat import route as chat
 from gateway.faces.openai_chat.protocol import ChatCompletionRequest
 from gateway.faces.registry import ENDPOINTS, Endpoint, error_body, is_anthropic_path
 from gateway.faces.responses import route as responses_route
+from gateway.media.addresses import HostResolver
 from gateway.middleware import RequestContextMiddleware
 from gateway.routes import admin, health, metrics, models
 from gateway.routes.deps import error_response
@@ -172,14 +173,28 @@ class GatewayApp(FastAPI):
 
 
 def create_app(
-    settings: Settings | None = None, *, transport: httpx.AsyncBaseTransport | None = None
+    settings: Settings | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    media_transport: httpx.AsyncBaseTransport | None = None,
+    media_resolve_host: HostResolver | None = None,
 ) -> GatewayApp:
-    """`transport` replaces the network to the engines (tests pass an httpx.MockTransport)."""
+    """`transport` replaces the network to the engines (tests pass an httpx.MockTransport).
+
+    `media_transport` and `media_resolve_host` replace the network and the DNS that image URLs
+    are fetched through, so the remote-image defences (address policy, redirects, caps,
+    timeouts) can be shown through the whole app without a network; None: the real ones.
+    """
     settings = settings or load_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = app_state.build_state(settings, transport=transport)
+        state = app_state.build_state(
+            settings,
+            transport=transport,
+            media_transport=media_transport,
+            media_resolve_host=media_resolve_host,
+        )
         app.state.flashbox = state
         await app_state.start(state)
         try:

@@ -17,6 +17,7 @@ from gateway.core.relay import error_kind
 from gateway.errors import GatewayError
 from gateway.faces.responses.store import StoredResponses
 from gateway.media import MediaResolver
+from gateway.media.addresses import HostResolver
 from gateway.observability.metrics import Metrics
 from gateway.observability.timeline import RequestRecord
 from gateway.parsers.base import ParserFactory
@@ -84,8 +85,14 @@ class AppState:
 
 
 def build_state(
-    settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
+    settings: Settings,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    media_transport: httpx.AsyncBaseTransport | None = None,
+    media_resolve_host: HostResolver | None = None,
 ) -> AppState:
+    """`transport`: the engines' network; `media_transport`, `media_resolve_host`: the network
+    and DNS of image URL fetches. Tests inject them; None is the real network (create_app)."""
     metrics = Metrics()
     engine = EngineClient(settings.upstream, transport=transport, deadlines=settings.timeouts)
     dns_name = settings.discovery.dns_name
@@ -117,7 +124,9 @@ def build_state(
         parser_factory=load_parser_factory(settings.model.family),
         constraint_builder=load_constraint_builder(settings.model.family),
         reasoning_codec=_reasoning_codec(settings),
-        media=MediaResolver(settings.media, metrics),
+        media=MediaResolver(
+            settings.media, metrics, transport=media_transport, resolve_host=media_resolve_host
+        ),
         head_tokens=HeadTokens(settings.routing.head_table_size),
         responses=StoredResponses.build(settings.responses, metrics, shared),
         limiter=RateLimiter(settings.rate_limits, metrics, shared),

@@ -13,6 +13,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletion
 from PIL import Image
 
 from tests.e2e.conftest import client_for, metric_sum
@@ -82,6 +83,53 @@ def test_the_model_cards_image_url_request_is_answered(gateway: Proc) -> None:
     # The image's tokens are in the prompt: more than the same request without it.
     without = _text_tokens(gateway, "What is in this image?")
     assert done.usage.prompt_tokens - without >= tokens_of(224, 224)
+
+
+def _prompt_tokens(gateway: Proc, messages: Any, **extra: Any) -> int:
+    with client_for(gateway) as client:
+        done: ChatCompletion = client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=8, **extra
+        )
+    # An answer came back (at 8 tokens it may still be reasoning).
+    message = done.choices[0].message
+    assert message.content or getattr(message, "reasoning_content", None)
+    assert done.usage is not None
+    return done.usage.prompt_tokens
+
+
+def _image_part(url: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def test_an_image_in_a_system_message(gateway: Proc) -> None:
+    # The SDK's types allow only text parts in a system message; the gateway takes images too.
+    def messages(*image: dict[str, Any]) -> Any:
+        system = [{"type": "text", "text": "The reference image:"}, *image]
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "What colour is the reference image?"},
+        ]
+
+    with_image = _prompt_tokens(gateway, messages(_image_part(png(256, 256))))
+    assert with_image - _prompt_tokens(gateway, messages()) >= tokens_of(256, 256)
+
+
+def test_an_image_in_a_tool_message(gateway: Proc) -> None:
+    tools: Any = [{"type": "function", "function": {"name": "screenshot", "parameters": {}}}]
+
+    def messages(*image: dict[str, Any]) -> Any:
+        call = {"id": "call_1", "type": "function",
+                "function": {"name": "screenshot", "arguments": "{}"}}  # fmt: skip
+        result = [{"type": "text", "text": "Here is the screen."}, *image]
+        return [
+            {"role": "user", "content": "Take a screenshot and describe it."},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": result},
+        ]
+
+    image = _image_part(png(320, 196, (20, 20, 200)))
+    with_image = _prompt_tokens(gateway, messages(image), tools=tools)
+    assert with_image - _prompt_tokens(gateway, messages(), tools=tools) >= tokens_of(320, 196)
 
 
 def test_anthropic_image_blocks_in_user_and_tool_results(gateway: Proc) -> None:

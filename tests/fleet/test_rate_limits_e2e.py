@@ -1,8 +1,9 @@
 """Per-key rate limits across a fleet: two gateway processes sharing one redis-server, in front of
 one simulator, driven by the official openai and anthropic clients. A key limited to N requests
 a minute gets N answers in total across both gateways, then 429 with Retry-After in each
-face's own shape; another key is unaffected; tokens used through one gateway count on the other; with the store killed requests are still served,
-each gateway enforcing the limits on its own traffic."""
+face's own shape; another key is unaffected; tokens used through one gateway count on the
+other; with the store killed requests are still served, each gateway enforcing the limits on
+its own traffic."""
 
 from __future__ import annotations
 

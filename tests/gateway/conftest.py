@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from gateway.app import create_app
+from gateway.media.addresses import HostResolver
 from gateway.settings import Settings
 from tests.gateway.fake_engine import FakeEngine
 
@@ -20,9 +21,21 @@ GatewayFactory = Callable[..., Any]
 
 
 @asynccontextmanager
-async def gateway_client(engine: FakeEngine, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
+async def gateway_client(
+    engine: FakeEngine,
+    *,
+    media_transport: httpx.AsyncBaseTransport | None = None,
+    media_resolve_host: HostResolver | None = None,
+    **overrides: Any,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """`media_transport`, `media_resolve_host`: where image URL fetches go (no network)."""
     settings = Settings(engines=[ENGINE], **overrides)
-    app = create_app(settings, transport=engine.transport())
+    app = create_app(
+        settings,
+        transport=engine.transport(),
+        media_transport=media_transport,
+        media_resolve_host=media_resolve_host,
+    )
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client,
