@@ -44,7 +44,7 @@ lint: $(STAMP) ## ruff, mypy --strict, hadolint
 bench: $(STAMP) ## CPU-feasible benchmarks against simulators; report in bench-results/
 	$(PY) -m bench all --out bench-results
 
-device-checks: ## on a CUDA host with torch + Triton: the GPU tests, the KDA snapshot check, kernel timings
+device-checks: ## on a CUDA host with torch + Triton: the GPU tests, the KDA snapshot check, kernel timings; the image checks when ENGINE_URL (+ GATEWAY_URL) is set
 	PYTHON=$${PYTHON:-python3} scripts/device-checks.sh
 
 dashboards: $(STAMP) ## regenerate the committed Grafana dashboard JSON from code

@@ -31,6 +31,7 @@ SUITES: dict[str, str] = {
     "kernels": "bench.kernels_device",
     "media": "bench.media",
     "media-load": "bench.media_load",
+    "images-device": "bench.images_device",
 }
 
 
