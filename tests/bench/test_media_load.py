@@ -19,7 +19,10 @@ def test_a_small_run_reports_every_phase() -> None:
     for phase in ("via_gateway", "straight_to_engine"):
         assert result[phase]["image_requests"] >= 1
         assert result[phase]["image_errors"] == 0
-        assert 0 < result[phase]["gateway_share_of_cpu"] < 1
+    # Straight to the engine, the gateway relays only these few text requests: its CPU can be
+    # under the process clock's 10 ms tick, so 0 is possible there; never with images on it.
+    assert 0 < result["via_gateway"]["gateway_share_of_cpu"] < 1
+    assert 0 <= result["straight_to_engine"]["gateway_share_of_cpu"] < 1
     assert result["images_only"]["image_errors"] == 0
     text = _markdown(result)
     assert "| images straight to the engine |" in text
