@@ -21,7 +21,15 @@ from gateway.settings import MediaRemoteSettings, MediaSettings
 from tests.gateway.conftest import MODEL, chat_body, gateway_client
 from tests.gateway.fake_engine import FakeEngine
 from tests.gateway.media import images
-from tests.gateway.media.support import HOST, PUBLIC, FakeDns, Handler, Recorder, serve
+from tests.gateway.media.support import (
+    HOST,
+    PUBLIC,
+    FakeDns,
+    Handler,
+    Recorder,
+    endless_image,
+    serve,
+)
 
 URL = f"https://{HOST}/shots/a.png?sig=SECRET123"
 METADATA = "169.254.169.254"
@@ -176,14 +184,7 @@ async def test_a_rebinding_answer_for_a_second_image_of_the_request(gateway: Run
 
 async def test_a_body_over_the_byte_cap(gateway: Run) -> None:
     produced: list[int] = []
-
-    async def endless() -> AsyncIterator[bytes]:
-        for index in range(10_000):
-            produced.append(index)
-            yield b"\0" * 65536
-
-    async def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "image/png"}, content=endless())
+    handler = endless_image(produced)
 
     gw = await gateway(Attack(handler=handler, media={"max_image_bytes": 200_000}))
     await _refused_openai(gw, _chat(_image_url()), "image_too_large", "200,000 bytes")

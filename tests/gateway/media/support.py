@@ -19,6 +19,21 @@ PUBLIC = "93.184.216.34"
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
 
+def endless_image(produced: list[int]) -> Handler:
+    """A server whose image body never ends (64 KiB chunks, up to 655 MB); `produced` counts
+    the chunks it was asked for, so a test can show the body was cut while streaming."""
+
+    async def endless() -> AsyncIterator[bytes]:
+        for index in range(10_000):
+            produced.append(index)
+            yield b"\0" * 65536
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "image/png"}, content=endless())
+
+    return handler
+
+
 class FakeDns:
     """Answers from a table; a host with several answers gives the next one on each lookup
     (the last one repeats), as a rebinding name server would."""

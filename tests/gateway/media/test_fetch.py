@@ -22,6 +22,7 @@ from tests.gateway.media.support import (
     PUBLIC,
     FakeDns,
     Recorder,
+    endless_image,
     image_response,
     remote_settings,
     resolver,
@@ -234,14 +235,7 @@ async def test_allowed_redirects_are_followed_up_to_the_bound() -> None:
 
 async def test_a_body_over_the_cap_is_cut_while_streaming() -> None:
     produced: list[int] = []
-
-    async def endless() -> AsyncIterator[bytes]:
-        for index in range(10_000):
-            produced.append(index)
-            yield b"\0" * 65536
-
-    async def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "image/png"}, content=endless())
+    handler = endless_image(produced)
 
     settings = remote_settings(media={"max_image_bytes": 1_000_000})
     async with resolver(settings, handler) as (resolve, _, _):
