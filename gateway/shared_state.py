@@ -55,7 +55,8 @@ class SharedStore:
     ) -> None:
         self.settings = settings
         self.prefix = settings.key_prefix
-        self._metrics = metrics
+        # Also what else talks to the store counts with (gateway.routing.moves).
+        self.metrics = metrics
         self._clock = clock
         # redis-py's own socket timeouts bound a stuck connection; `run` bounds each call.
         read_s = max(settings.timeout_s * 20, 0.1)
@@ -121,16 +122,16 @@ class SharedStore:
             log.warning("shared store: %s answered an error: %s", op, exc)
             self._failed("error", op)
             return None
-        self._metrics.state_seconds.labels(op=op).observe(time.perf_counter() - started)
+        self.metrics.state_seconds.labels(op=op).observe(time.perf_counter() - started)
         self._timeouts = 0
         if not self.up:
             self.up = True
-            self._metrics.state_up.set(1)
+            self.metrics.state_up.set(1)
             log.info("shared store is back: shared state resumes")
         return result
 
     def _failed(self, kind: str, op: str) -> None:
-        self._metrics.state_errors.labels(kind=kind).inc()
+        self.metrics.state_errors.labels(kind=kind).inc()
         if kind == "timeout":
             self._timeouts += 1
             if self._timeouts < self.settings.timeouts_before_skip:
@@ -140,7 +141,7 @@ class SharedStore:
         self._skip_until = self._clock() + self.settings.retry_s
         if self.up:
             self.up = False
-            self._metrics.state_up.set(0)
+            self.metrics.state_up.set(0)
             log.warning(
                 "shared store unreachable (%s on %s): routing on local state; retrying in %.1fs",
                 kind,

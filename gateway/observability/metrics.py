@@ -291,6 +291,12 @@ class Metrics:
             "(absent without state_url).",
             registry=reg,
         )
+        self.state_moves_heard = Gauge(
+            "flashbox_state_moves_heard",
+            "1 while the gateway is subscribed to the pins other gateways move, so its pinned "
+            "turns go before the store answers (gateway/routing/moves.py); 0: they wait.",
+            registry=reg,
+        )
         self.state_seconds = Histogram(
             "flashbox_state_seconds", "Shared-store round-trip time, by operation.",
             ["op"], buckets=STATE_BUCKETS, registry=reg,

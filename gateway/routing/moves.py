@@ -34,15 +34,26 @@ class MoveWatch:
     def __init__(self, store: SharedStore, moved: Callable[[str, str], None]) -> None:
         self._store = store
         self._moved = moved
+        self._metrics = store.metrics
         self.channel = store.key("moves")
         # Starts at 1 with the first subscription; 0 is "confirmed in no epoch".
         self.epoch = 0
-        self.live = False
+        self._live = False
+        self._metrics.state_moves_heard.set(0)
         self._task: asyncio.Task[None] | None = None
         # Checked by the loops as well as cancelling them: Python 3.11's asyncio.timeout, which
         # redis-py reads a subscription under, can swallow a cancellation that lands as its
         # deadline passes, and the loop would go on.
         self._closing = False
+
+    @property
+    def live(self) -> bool:
+        return self._live
+
+    @live.setter
+    def live(self, value: bool) -> None:
+        self._live = value
+        self._metrics.state_moves_heard.set(1 if value else 0)
 
     def start(self) -> None:
         if self._task is None:

@@ -141,12 +141,20 @@ async def test_after_the_subscription_drops_pinned_turns_wait_until_the_store_co
         ctx = a.ctx("s")
         assert ctx.key is not None
         assert a.picker._sends_before_answer(ctx.key, ())
+
+        def heard() -> float | None:
+            return a.metrics.registry.get_sample_value("flashbox_state_moves_heard")
+
+        assert heard() == 1
         await admin.client_kill_filter(_type="pubsub")
         await until(lambda: a.picker._watch.epoch > first, "the watch subscribed again")
+        assert heard() == 1
         # Moves published meanwhile were lost: the pin waits for one fetch, then goes first.
         assert not a.picker._sends_before_answer(ctx.key, ())
         await a.turn("s", 9000, 7936)
         assert a.picker._sends_before_answer(ctx.key, ())
+        await a.picker.aclose()
+        assert heard() == 0
     finally:
         await admin.aclose()
         await a.close()
