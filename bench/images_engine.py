@@ -25,6 +25,7 @@ from PIL import Image
 
 from gateway.core.images import ImageSlots
 from gateway.render import Renderer, RenderSettings, build_renderer
+from gateway.routing.health import image_max_pixels
 from gateway.settings import ModelSettings
 
 # The token the engine's processor expands per image (sglang-kt 0.7.2 glm5_next.py counts it in
@@ -69,17 +70,6 @@ class Generation:
     cached_tokens: int
 
 
-def _json_field(value: Any) -> dict[str, Any]:
-    """A server-info field SGLang reports as a dict or as the JSON text it was given (as
-    gateway/routing/health.py reads it)."""
-    if isinstance(value, str):
-        try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return {}
-    return value if isinstance(value, dict) else {}
-
-
 def _bounded_json(response: httpx.Response, what: str) -> Any:
     if response.status_code != 200:
         raise ProbeError(f"{what}: HTTP {response.status_code}: {response.text[:500]}")
@@ -95,15 +85,13 @@ def engine_info(client: httpx.Client, engine: str) -> EngineInfo:
     info = _bounded_json(client.get(engine + "/server_info"), "GET /server_info")
     if not isinstance(info, dict):
         raise ProbeError("GET /server_info: not a JSON object")
-    image = _json_field(info.get("mm_process_config")).get("image")
-    reported = image.get("max_pixels") if isinstance(image, dict) else None
-    valid = isinstance(reported, int) and not isinstance(reported, bool) and reported > 0
+    reported = image_max_pixels(info)
     simulator = info.get("simulator") is True
     unit = info.get("bytes_per_token") if simulator else None
     scale = info.get("time_scale") if simulator else None
     return EngineInfo(
-        max_pixels=reported if valid and isinstance(reported, int) else ENGINE_DEFAULT_MAX_PIXELS,
-        max_pixels_reported=valid,
+        max_pixels=reported or ENGINE_DEFAULT_MAX_PIXELS,
+        max_pixels_reported=reported is not None,
         simulator=simulator,
         bytes_per_token=unit if isinstance(unit, int) and unit > 0 else None,
         time_scale=float(scale) if isinstance(scale, int | float) and scale > 0 else 1.0,

@@ -150,11 +150,7 @@ class AffinityPicker:
 
     def pick(self, ctx: RequestContext, exclude: Collection[str] = ()) -> AffinityPick:
         now = self._clock()
-        usable = [
-            r
-            for r in self._replicas
-            if r.healthy and not r.draining and r.name not in exclude and r.breaker.allows(now)
-        ]
+        usable = [r for r in self._replicas if self._usable(r, exclude, now)]
         if not usable:
             raise NoReplicaError("No healthy engine replica is available; retry shortly.")
         policy, key = self._settings.policy, ctx.key
@@ -196,6 +192,16 @@ class AffinityPicker:
         expected = max(pin.last_prompt_tokens, promised) // interval * interval
         reset = _adds_image(pin.images, ctx.images)
         return _Pending(key, "pinned", expected, pin.kind, reset)
+
+    @staticmethod
+    def _usable(replica: Replica, exclude: Collection[str], now: float) -> bool:
+        """Whether a request may go to `replica` (`exclude`: those it failed on already)."""
+        return (
+            replica.healthy
+            and not replica.draining
+            and replica.name not in exclude
+            and replica.breaker.allows(now)
+        )
 
     def _place(
         self, ctx: RequestContext, key: str, usable: list[Replica], kind: str, now: float

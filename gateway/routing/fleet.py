@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -56,6 +57,7 @@ from gateway.routing.pins import Pin
 from gateway.routing.replica import Replica, RequestContext, TurnOutput
 from gateway.routing.shared_tables import (
     Claim,
+    Claimed,
     Report,
     SessionWrite,
     SharedRoutingTables,
@@ -191,15 +193,11 @@ class FleetPicker(AffinityPicker):
                 self._confirm_pin(key, snapshot.pin.replica, epoch)
             return pick
         self._count_placement(key, pick, before)
-        claimed = None if snapshot is None else await self._tables.claim(claim, names)
-        if claimed is not None:
-            self._take_counts(claimed.now_ms, claimed.counts)
-        else:
+        claimed = None if snapshot is None else await self._claim(key, claim, names)
+        if claimed is None:
             # Written once the store answers (gateway.routing.write_back).
             self.write_back.unsent(key, claim.expected if snapshot is not None else prior, turn_ms)
             return pick
-        self._claimed(claimed.status)
-        self.write_back.sent(key)
         if claimed.pin.replica == pick.replica.name:
             self._confirm_pin(key, claimed.pin.replica, epoch)
             return pick
@@ -224,13 +222,7 @@ class FleetPicker(AffinityPicker):
         ):
             return False
         replica = self._by_name.get(pin.replica)
-        return (
-            replica is not None
-            and replica.healthy
-            and not replica.draining
-            and replica.name not in exclude
-            and replica.breaker.allows(now)
-        )
+        return replica is not None and self._usable(replica, exclude, now)
 
     def _pinned_now(
         self,
@@ -304,13 +296,10 @@ class FleetPicker(AffinityPicker):
         claim = self._claim_for(ctx, key, pick, snapshot, [])
         if claim is None:
             return
-        claimed = await self._tables.claim(claim, names)
+        claimed = await self._claim(key, claim, names)
         if claimed is None:
             self.write_back.unsent(key, claim.expected, self._turn_ms(self._clock()))
             return
-        self._take_counts(claimed.now_ms, claimed.counts)
-        self._claimed(claimed.status)
-        self.write_back.sent(key)
         if claimed.pin.replica == sent_to:
             self._confirm_pin(key, sent_to, epoch)
         else:
@@ -325,6 +314,15 @@ class FleetPicker(AffinityPicker):
             )
             self._confirm_pin(key, claimed.pin.replica, epoch)
             self._moved(ctx, key, sent_to, claimed.pin.replica)
+
+    async def _claim(self, key: str, claim: Claim, names: list[str]) -> Claimed | None:
+        """The claim's round trip; when answered, its counts and result taken in."""
+        claimed = await self._tables.claim(claim, names)
+        if claimed is not None:
+            self._take_counts(claimed.now_ms, claimed.counts)
+            self._claimed(claimed.status)
+            self.write_back.sent(key)
+        return claimed
 
     def _moved(self, ctx: RequestContext, key: str, sent_to: str, stored: str) -> None:
         """The turn went to `sent_to`, but another gateway had moved the lineage to `stored`."""
@@ -568,21 +566,27 @@ class FleetPicker(AffinityPicker):
     ) -> None:
         confirming = self._confirming.get(ctx.request_id)
         self.first_token(ctx)
+        settle = functools.partial(
+            self._report, ctx, replica, outcome, prompt_tokens, cached_tokens, output
+        )
         if confirming is not None and outcome is Outcome.OK:
             # A turn shorter than the store's round trip: verified once the store has answered
             # with what it promised (a retry's pick reuses the request's id, so only a finished
             # turn waits; the others have no promise to verify).
-            confirming.add_done_callback(
-                lambda _done: self.report(
-                    ctx,
-                    replica,
-                    outcome,
-                    prompt_tokens=prompt_tokens,
-                    cached_tokens=cached_tokens,
-                    output=output,
-                )
-            )
+            confirming.add_done_callback(lambda _done: settle())
             return
+        settle()
+
+    def _report(
+        self,
+        ctx: RequestContext,
+        replica: Replica,
+        outcome: Outcome,
+        prompt_tokens: int,
+        cached_tokens: int,
+        output: TurnOutput | None,
+    ) -> None:
+        """The report, once the turn's fetch has answered (or when there is none)."""
         pending = ctx.request_id in self._pending
         super().report(
             ctx,

@@ -100,10 +100,7 @@ class HealthProber:
         replica.track_interval = _positive(info.get("mamba_track_interval"))
         replica.max_running_requests = _positive(info.get("max_running_requests"))
         replica.context_length = _positive(info.get("context_length"))
-        image = _json_field(info.get("mm_process_config")).get("image")
-        replica.image_max_pixels = (
-            _positive(image.get("max_pixels")) if isinstance(image, dict) else None
-        )
+        replica.image_max_pixels = image_max_pixels(info)
         replica.max_images = _positive(
             _json_field(info.get("limit_mm_data_per_request")).get("image")
         )
@@ -141,6 +138,12 @@ class HealthProber:
         while True:
             await asyncio.sleep(self._settings.interval_s)
             await self.probe_all()
+
+
+def image_max_pixels(info: dict[str, Any]) -> int | None:
+    """The engine's own image bound from its /server_info (None: it reports none)."""
+    image = _json_field(info.get("mm_process_config")).get("image")
+    return _positive(image.get("max_pixels")) if isinstance(image, dict) else None
 
 
 def _positive(value: object) -> int | None:
