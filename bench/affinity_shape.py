@@ -59,6 +59,8 @@ def gateway_env(name: str, time_scale: float) -> dict[str, str]:
     }
     if name != TODAY:  # the baseline's settings have no head table (and refuse unknown keys)
         env["FLASHBOX_ROUTING__HEAD_IDLE_TTL_S"] = str(routing.head_idle_ttl_s * time_scale)
+        # The head warmer looks for idle replicas as often in the engines' time as unscaled.
+        env["FLASHBOX_ROUTING__HEAD_WARM_CHECK_S"] = str(routing.head_warm_check_s * time_scale)
     return env
 
 
@@ -178,7 +180,8 @@ def report_markdown(cfg: ShapeAffinityConfig, results: dict[str, dict[str, Any]]
             f"- {name}: {sum(r['checkpoint_evictions'].values())} checkpoint evictions; "
             f"placement log: {sum('spill:' in line for line in log)} spills, "
             f"{sum('over budget:' in line for line in log)} over budget, "
-            f"{sum('verified miss' in line for line in log)} verified misses."
+            f"{sum('verified miss' in line for line in log)} verified misses, "
+            f"{sum('warmed on' in line for line in log)} heads warmed."
         )
         if r["error_samples"]:
             lines.append(f"  errors, first {len(r['error_samples'])}: {r['error_samples']}")

@@ -153,8 +153,9 @@ def evictions(sim: Proc) -> int:
 
 
 def routing_lines(text: str) -> list[str]:
-    """The gateway's placement log (spills, placements over budget, verified misses)."""
-    marks = ("spill:", "over budget:", "verified miss")
+    """The gateway's placement log (spills, placements over budget, verified misses, heads
+    warmed)."""
+    marks = ("spill:", "over budget:", "verified miss", "warmed on")
     return [line for line in text.splitlines() if any(m in line for m in marks)]
 
 

@@ -243,6 +243,14 @@ class RoutingSettings(_Section):
     min_head_tokens: int = Field(default=4096, gt=0)
     head_table_size: int = Field(default=4096, gt=0)
     head_idle_ttl_s: float = Field(default=3600.0, gt=0)
+    # Head warming (gateway/routing/warm.py): a head that sessions restore is prefilled, with
+    # no user waiting, on each replica that does not hold it yet while that replica has no
+    # prefill queued, so a new session finds a holder that is idle. At most one warm per
+    # replica at a time; the texts of head_warm_heads heads are kept; checked every
+    # head_warm_check_s and whenever a head is offered.
+    head_warm: bool = True
+    head_warm_heads: int = Field(default=64, gt=0)
+    head_warm_check_s: float = Field(default=1.0, gt=0)
 
 
 class AuthSettings(_Section):

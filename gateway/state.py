@@ -28,6 +28,7 @@ from gateway.routing import Replica, ReplicaPicker
 from gateway.routing.build import build_routing
 from gateway.routing.discovery import DnsReplicas, StaticReplicas, resolver_for
 from gateway.routing.health import HealthProber
+from gateway.routing.warm import HeadWarmer
 from gateway.settings import Settings
 from gateway.shared_state import SharedStore
 from gateway.upstream import EngineClient
@@ -53,6 +54,8 @@ class AppState:
     media: MediaResolver
     # Prompt heads' token counts (gateway.core.heads), asked of the engine once per head.
     head_tokens: HeadTokens
+    # Shared prompt heads prefilled on the replicas that lack them (gateway.routing.warm).
+    warmer: HeadWarmer
     # Engines found by DNS (discovery.dns_name); None: the static `engines` list.
     discovery: DnsReplicas | None = None
     # The fleet's shared state store (state_url); None: in-process state only.
@@ -128,6 +131,12 @@ def build_state(
             settings.media, metrics, transport=media_transport, resolve_host=media_resolve_host
         ),
         head_tokens=HeadTokens(settings.routing.head_table_size),
+        warmer=HeadWarmer(
+            picker,
+            engine.prefill,
+            settings.routing,
+            lambda outcome: metrics.child(metrics.head_warms, outcome).inc(),
+        ),
         responses=StoredResponses.build(settings.responses, metrics, shared),
         limiter=RateLimiter(settings.rate_limits, metrics, shared),
     )
@@ -172,9 +181,11 @@ async def start(state: AppState) -> None:
     up = [r.name for r in state.picker.replicas if r.healthy]
     log.info("first health probe took %.3fs; replicas up: %s", time.perf_counter() - started, up)
     state.prober.start()
+    state.warmer.start()
 
 
 async def stop(state: AppState) -> None:
+    await state.warmer.stop()
     if state.discovery is not None:
         await state.discovery.stop()
     # Routing's last store writes (turn reports) before the store's connections close.

@@ -142,6 +142,18 @@ class EngineClient:
             idle_s=self.deadlines.stream_idle_s,
         )
 
+    async def prefill(self, replica: Replica, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST /generate for a prompt that generates nothing (`max_new_tokens` 0: the engine
+        prefills it and keeps its checkpoints); the answer's meta_info."""
+        stream = await self.open_generate(replica, payload)
+        meta: dict[str, Any] = {}
+        try:
+            async for event in stream.events():
+                meta = event.meta or meta
+        finally:
+            await stream.aclose()
+        return meta
+
     async def _post(self, url: str, body: bytes, request_id: str | None = None) -> ResponseBody:
         if self._wire is not None and url.startswith("http://"):
             return await self._wire.post(url, body, request_id)

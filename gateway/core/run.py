@@ -116,7 +116,7 @@ class Run:
         in_reasoning = bool(tag) and prompt.endswith(tag)
         placed = [images[i] for i in order]
         image_tokens = extra_tokens(placed)
-        head, head_tokens = await self._head(prompt)
+        head, head_text, head_tokens = await self._head(prompt)
         # Keys are hashed here, before anything could log them (gateway.routing.session_key).
         ctx = route_context(
             request, state.settings, self._rid, prompt, head, head_tokens, images, order,
@@ -124,6 +124,7 @@ class Run:
         )  # fmt: skip
         if head is not None and head_tokens and state.head_tokens.shared(head, ctx.session_key):
             ctx = dataclasses.replace(ctx, save_head=True)
+            state.warmer.offer(head, head_text, head_tokens)
         self._ctx = ctx
         body = generate_body(request, prompt, self._rid, state.settings)
         if ctx.save_head:
@@ -159,27 +160,27 @@ class Run:
         )
         return self._relay
 
-    async def _head(self, prompt: str) -> tuple[str | None, int]:
-        """The prompt head's digest, and its tokens when the engine should checkpoint it (0:
-        not worth a checkpoint slot, or prompt heads are off)."""
+    async def _head(self, prompt: str) -> tuple[str | None, str, int]:
+        """The prompt head's digest and text, and its tokens when the engine should
+        checkpoint it (0: not worth a checkpoint slot, or prompt heads are off)."""
         settings = self._state.settings
         text = prompt_head(prompt, settings.model.user_turn_marker)
         if text is None:
-            return None, 0
+            return None, "", 0
         digest = digest_text("head", text)
         routing = settings.routing
         # A text has no more tokens than characters: a shorter head cannot reach the minimum,
         # a longer one costs one /tokenize per distinct head, and the count decides.
         if not routing.prompt_heads or len(text) < routing.min_head_tokens:
-            return digest, 0
+            return digest, text, 0
         replica = next((r for r in self._state.picker.replicas if r.healthy), None)
         if replica is None:
-            return digest, 0
+            return digest, text, 0
         engine = self._state.engine
         tokens = await self._state.head_tokens.count(
             digest, text, lambda head: engine.count_prompt_tokens(replica, head)
         )
-        return digest, tokens if tokens >= routing.min_head_tokens else 0
+        return digest, text, tokens if tokens >= routing.min_head_tokens else 0
 
     async def _fit_output(self, prompt: str, params: dict[str, Any], extra: int = 0) -> None:
         """Lower max_new_tokens to what fits in the engine's context (SGLang refuses a prompt

@@ -81,6 +81,9 @@ STATE_ERROR_KINDS = ("timeout", "connection", "error")
 # flashbox_state_claims_total{result}: what became of a placement written to the shared store
 # (gateway/routing/fleet.py).
 STATE_CLAIM_RESULTS = ("won", "same", "adopted", "unsent")
+# Head warms (gateway/routing/warm.py): saved (the engine prefilled the head there), failed
+# (it did not answer, or answered an error).
+HEAD_WARM_OUTCOMES = ("saved", "failed")
 # Shared-store round trips: loopback or one network hop, bounded by state.timeout_s (5 ms).
 STATE_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.1)
 MEDIA_BYTES_BUCKETS = (
@@ -167,6 +170,14 @@ class Metrics:
             "flashbox_affinity", "Routing decisions by outcome and lineage kind.",
             ["outcome", "lineage"], registry=reg,
         )  # fmt: skip
+        self.head_warms = Counter(
+            "flashbox_head_warms",
+            "Prompt heads prefilled on a replica that did not hold them, with no user waiting "
+            "(gateway/routing/warm.py), by outcome.",
+            ["outcome"], registry=reg,
+        )  # fmt: skip
+        for outcome in HEAD_WARM_OUTCOMES:
+            self.head_warms.labels(outcome=outcome)
         self.replica_up = Gauge(
             "flashbox_replica_up", "1 when the replica passes health checks.",
             ["replica"], registry=reg,

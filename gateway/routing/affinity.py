@@ -104,6 +104,11 @@ class AffinityPicker:
         self.pins = PinTable(settings.pin_table_size, settings.pin_idle_ttl_s)
         self.sessions = SessionTable(settings.pin_table_size, settings.pin_idle_ttl_s)
         self.heads = HeadTable(settings.head_table_size, settings.head_idle_ttl_s)
+        # Whether a lineage back after its pin expired goes where it was (`_revived`).
+        self._revives = True
+        # Whether a replica restored a head's checkpoint (a verified head_hit): the engine
+        # saves heads (the stock one ignores the field), so warming one is worth a prefill.
+        self.heads_restored = False
         self._pending: dict[str, _Pending] = {}
         self._next = 0
         for replica in replicas:
@@ -161,7 +166,7 @@ class AffinityPicker:
         if policy == "consistent_hash":
             replica = ranked(ctx.session_key or key, usable)[0]
             return self._chosen(ctx, replica, "unpinned", None, now, ctx.kind or MAIN)
-        pin = self.pins.get(key, now)
+        pin = self.pins.get(key, now) or self._revived(ctx, key, usable, now)
         if pin is None:
             return self._new_lineage(ctx, key, usable, now)
         pinned = self._by_name.get(pin.replica)
@@ -211,6 +216,29 @@ class AffinityPicker:
         self.pins.put(key, target.name, now, kind=kind)
         pending = _Pending(key, "failover", 0, kind)
         return self._chosen(ctx, target, "failover", pending, now, kind)
+
+    def _revived(
+        self, ctx: RequestContext, key: str, usable: list[Replica], now: float
+    ) -> Pin | None:
+        """A lineage back after its pin expired for idleness (`routing.pin_idle_ttl_s`) goes
+        where it was, verified against its last turn there, when that replica may take it
+        (usable, room, share): its checkpoint may still be in the pool, and placed as new it
+        would restore at best its head elsewhere (the shape benchmark counted those as most of
+        its main-turn misses once heads were warmed on every replica). A gateway of a fleet
+        leaves this to the shared store (`_revives`)."""
+        old = self.pins.expired(key) if self._revives else None
+        if old is None:
+            return None
+        replica = self._by_name.get(old.replica)
+        if replica is None or replica not in usable or not self._fits(replica, usable, old.kind):
+            return None
+        pin = self.pins.revive(key, now)
+        if pin is not None and ctx.session_key is not None and old.kind == MAIN:
+            session = self.sessions.touch(ctx.session_key, now)
+            if session.main is None:
+                session.main, session.main_head, session.main_tools = key, ctx.head, ctx.tools
+            session.replica = replica.name
+        return pin
 
     def _new_lineage(
         self, ctx: RequestContext, key: str, usable: list[Replica], now: float
@@ -291,19 +319,39 @@ class AffinityPicker:
         if not holders:
             return cold, "new", 0
         # The one whose queue ends first: a head hit behind another session's cold prefill
-        # waits as long as the prefill it saves.
-        best = min(holders, key=lambda r: r.prefill_s)
+        # waits as long as the prefill it saves, and one with every running slot taken waits
+        # for a slot.
+        best = min(holders, key=lambda r: r.prefill_s + capacity.wait_s(r, self._settings))
+        if not self._idle_now(best):
+            # Every holder within its share is busy: one that idles goes first whatever
+            # its share, if its budget has room. The share keeps a burst of cold first turns
+            # from queueing on the replica the hash favours; a replica with nothing queued is
+            # the opposite case, and a head restore behind a forward in progress waits that
+            # whole forward (the shape benchmark found idle holders skipped this way while the
+            # others had 10-30 s queued and every running slot taken).
+            idle = next(
+                (
+                    r
+                    for r in ranked(key, usable)
+                    if r.name in held and self._idle_now(r) and self._has_room(r)
+                ),
+                None,
+            )
+            if idle is not None:
+                best = idle
         interval = capacity.track_interval(best, self._settings)
         expected = ctx.head_tokens // interval * interval
         if not expected:
             return best, "new", 0
+        there = best.prefill_s + self._prefill_s(ctx, expected)
         if best.prefill_s > 0 and ctx.save_head:
             # Every holder has a prefill queued: an idle replica that does not hold the head
-            # yet gets it now (this lineage prefills it there cold, and the engine saves it).
-            # A project's sessions then have holders to choose from; with one holder per head,
-            # the benchmark put half of their first turns behind another session's prefill.
+            # yet gets it now when its cold prefill ends before the wait and the restore would
+            # (this lineage prefills it there cold, and the engine saves it). A project's
+            # sessions then have holders to choose from (gateway.routing.warm adds them with
+            # no user waiting, once a head has been restored).
             spare = self._idle(key, usable, kind, skip=held)
-            if spare is not None:
+            if spare is not None and self._prefill_s(ctx, 0) < there:
                 log.info(
                     "head %s: its holders are busy (%.0f s queued at best); saved at %s too",
                     ctx.head[:12],
@@ -311,7 +359,6 @@ class AffinityPicker:
                     spare.name,
                 )
                 return spare, "new", 0
-        there = best.prefill_s + self._prefill_s(ctx, expected)
         elsewhere = cold.prefill_s + self._prefill_s(ctx, 0)
         if cold.name not in held and elsewhere < there:
             log.info(
@@ -342,6 +389,12 @@ class AffinityPicker:
         if target.prefill_s > 0:
             return self._idle(key, usable, kind) or target
         return target
+
+    def _idle_now(self, replica: Replica) -> bool:
+        """Nothing queued to prefill there, and a running slot free."""
+        return replica.prefill_s == 0 and replica.in_flight < capacity.max_running(
+            replica, self._settings
+        )
 
     def _idle(
         self, key: str, usable: list[Replica], kind: str, skip: Collection[str] = ()
@@ -509,6 +562,7 @@ class AffinityPicker:
                 self._count("media_reset", kind)
             elif cached_tokens >= pending.expected_cached:
                 self._count("head_hit" if head else "hit", kind)
+                self.heads_restored = self.heads_restored or head
             else:
                 self._count("head_miss" if head else "verified_miss", kind)
                 log.info(
@@ -538,6 +592,34 @@ class AffinityPicker:
         ):
             self.heads.put(ctx.head, replica.name, now)
             self.pins.leave(replica.name, "head:" + ctx.head, now)
+
+    def warm_targets(self, head: str) -> list[Replica]:
+        """Where the head's checkpoint should be prefilled now (gateway.routing.warm): usable
+        replicas that do not hold it, with room in their budget, no prefill queued and a free
+        running slot. None while the head is held nowhere (its sessions stopped, or it was
+        never saved), while no head has been restored yet, or with one replica."""
+        if not self.heads_restored:
+            return []
+        now = self._clock()
+        held = self.heads.replicas(head, now)
+        if not held:
+            return []
+        usable = [r for r in self._replicas if self._usable(r, (), now)]
+        if len(usable) < 2:
+            return []
+        return [r for r in usable if r.name not in held and self._idle_now(r) and self._has_room(r)]
+
+    def head_warmed(self, head: str, replica: Replica) -> None:
+        """The engine prefilled the head at `replica` (it holds the checkpoint now), charged
+        to its budget like a head a session saved there."""
+        now = self._clock()
+        self.heads.put(head, replica.name, now)
+        self.pins.leave(replica.name, "head:" + head, now)
+
+    async def claim_warm(self, head: str, replica: Replica) -> bool:
+        """Whether this gateway warms the head there (gateway.routing.fleet asks the store:
+        one gateway of a fleet does it)."""
+        return True
 
     def first_token(self, ctx: RequestContext) -> None:
         """The request's first token came (or it ended without one); in process, nothing

@@ -93,6 +93,9 @@ class FleetPicker(AffinityPicker):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(replicas, settings, count, clock)
+        # An expired pin here may have been moved by another gateway since: the store's
+        # answer places a returning lineage, not this gateway's memory of it.
+        self._revives = False
         self._tables = tables
         self._pinned_turns_wait = pinned_turns_wait
         # The fetches of pinned turns sent before the store answered (`_confirm`), by request.
@@ -610,6 +613,14 @@ class FleetPicker(AffinityPicker):
         head = ctx.head if held else None
         if pinned is not None or head is not None:
             self.write_back.report(Report(pinned, replica.name, prompt_tokens, ctx.images, head))
+
+    def head_warmed(self, head: str, replica: Replica) -> None:
+        super().head_warmed(head, replica)
+        # The other gateways learn where the head is with their next new lineage's fetch.
+        self.write_back.report(Report(None, replica.name, 0, (), head))
+
+    async def claim_warm(self, head: str, replica: Replica) -> bool:
+        return await self._tables.claim_warm(head, replica.name)
 
     async def aclose(self) -> None:
         await self.settle()

@@ -55,6 +55,9 @@ class PinTable:
         self._counts: dict[str, int] = {}
         # replica -> {session key: when it moved away}, for checkpoints left behind by spills.
         self._left: dict[str, dict[str, float]] = {}
+        # Durable pins that expired for idleness, newest last, bounded like the pins: a user
+        # back from lunch finds the conversation where its checkpoint may still be (`revive`).
+        self._expired: OrderedDict[str, Pin] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._pins)
@@ -108,6 +111,21 @@ class PinTable:
     def peek(self, key: str) -> Pin | None:
         return self._pins.get(key)
 
+    def expired(self, key: str) -> Pin | None:
+        """The pin `key` had before it expired for idleness (None: none remembered)."""
+        return self._expired.get(key)
+
+    def revive(self, key: str, now: float) -> Pin | None:
+        """The expired pin of `key` live again where it was, as it was (its prompt tokens and
+        output promise verify the turn); None when none is remembered."""
+        pin = self._expired.pop(key, None)
+        if pin is None:
+            return None
+        pin.last_used = now
+        self._pins[key] = pin
+        self._count(pin.replica, +1)
+        return pin
+
     def put(
         self,
         key: str,
@@ -121,6 +139,7 @@ class PinTable:
         `leaves_checkpoint` (a spill from a replica that is up), the replica it leaves stays
         charged for the lineage's checkpoint there (see `charged`). A side lineage is charged
         only as a left-behind checkpoint."""
+        self._expired.pop(key, None)
         old = self._pins.pop(key, None)
         if old is not None:
             if old.durable:
@@ -176,6 +195,9 @@ class PinTable:
             del self._pins[key]
             if pin.durable:
                 self._count(pin.replica, -1)
+                self._expired[key] = pin
+                while len(self._expired) > self.max_size:
+                    self._expired.popitem(last=False)
 
     def _count(self, replica: str, delta: int) -> None:
         count = self._counts.get(replica, 0) + delta

@@ -11,6 +11,8 @@ Keys, under `state.key_prefix` (P):
 - `P live:<replica>`: sorted set, durable lineage pinned there -> last use (ms).
 - `P left:<replica>`: sorted set, checkpoint left there (a spilled, retired or side lineage,
   `head:<digest>`) -> when (ms).
+- `P warm:<digest>:<replica>`: the gateway warming that head there (gateway.routing.warm);
+  SET NX, TTL `routing.head_idle_ttl_s`.
 
 The two per-replica sets are the budget accounting of gateway.routing.pins, fleet-wide: a
 replica's charged count is its live lineages plus what was left there no earlier than its
@@ -235,6 +237,17 @@ class SharedRoutingTables:
             return await self._report(args=args, client=client)
 
         return await self._store.run("routing_report", call) is not None
+
+    async def claim_warm(self, head: str, replica: str) -> bool:
+        """Whether this gateway is the one to warm `head` on `replica` (gateway.routing.warm):
+        the first to ask within `routing.head_idle_ttl_s`. False when the store did not
+        answer: an uncoordinated warm may be a second prefill of the same head."""
+        key = self._store.key("warm", head, replica)
+
+        async def call(client: aioredis.Redis) -> Any:
+            return await client.set(key, "1", nx=True, px=self._head_ttl_ms)
+
+        return bool(await self._store.run("routing_warm", call))
 
 
 def _report_args(turns: Sequence[Report]) -> list[str | int]:

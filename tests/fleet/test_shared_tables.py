@@ -257,3 +257,22 @@ async def test_sets_are_trimmed_to_the_pin_table_size(redis_server: RedisProc) -
         assert await gw.store.client.zcard(gw.store.key("left", "r0:1")) == 5
     finally:
         await gw.store.close()
+
+
+async def test_one_gateway_of_the_fleet_warms_a_head_on_a_replica(
+    pair: tuple[Gateway, Gateway],
+) -> None:
+    """gateway.routing.warm: the first gateway to ask warms the head there; the other does
+    not, on that replica, until the claim's TTL (routing.head_idle_ttl_s) lapses. A warm's
+    report (no lineage, only the head) tells the other gateway where the head is."""
+    a, b = pair
+    assert await a.tables.claim_warm("head-1", "r1:1")
+    assert not await b.tables.claim_warm("head-1", "r1:1")
+    assert not await a.tables.claim_warm("head-1", "r1:1")
+    assert await b.tables.claim_warm("head-1", "r2:1")
+    ttl = await a.store.client.pttl(a.store.key("warm", "head-1:r1:1"))
+    assert 0 < ttl <= 30_000
+    assert await a.tables.report([Report(None, "r1:1", 0, (), "head-1")])
+    seen = await b.tables.fetch("new-1", "s9", "head-1", REPLICAS)
+    assert seen is not None
+    assert [replica for replica, _ in seen.heads] == ["r1:1"]

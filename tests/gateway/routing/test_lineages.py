@@ -259,9 +259,11 @@ def test_among_head_holders_the_shortest_queue_wins() -> None:
 
 def test_a_shared_head_whose_holders_are_busy_is_saved_on_an_idle_replica() -> None:
     """One holder per head puts a project's new sessions behind each other's prefills; when
-    every holder has one queued, an idle replica takes the session cold and saves the head."""
+    every holder has one queued, longer than a cold prefill saves (30 s of queue and a 10 s
+    restore against ~26 s for 33k tokens at 1,273 tokens/s), an idle replica takes the session
+    cold and saves the head."""
     rig, head, holder = _queued_head_rig()
-    holder.prefill_s = 10.0
+    holder.prefill_s = 30.0
     c = rig.ctx("s1", "s1-main", prompt=PROMPT_33K, **head)
     pick = rig.picker.pick(c)
     assert (pick.replica is not holder, pick.affinity) == (True, "new")
@@ -270,11 +272,54 @@ def test_a_shared_head_whose_holders_are_busy_is_saved_on_an_idle_replica() -> N
         holder.name,
         pick.replica.name,
     }
+    # A shorter queue: the restore behind it still ends first, so the lineage waits there.
+    for r in rig.replicas:
+        r.prefill_s = 0.0
+    holder.prefill_s = 10.0
+    c = rig.ctx("s3", "s3-main", prompt=PROMPT_33K, **head)
+    assert rig.picker.pick(c).affinity == "head"
     # A head not yet shared (not saved anywhere new): the lineage waits at the holder.
     c = rig.ctx("s2", "s2-main", prompt=PROMPT_33K, head="cc-head", head_tokens=30_100)
     for r in rig.replicas:
         r.prefill_s = 10.0 if r.name in rig.picker.heads.replicas("cc-head", 0) else 0.0
     assert rig.picker.pick(c).affinity == "head"
+
+
+def test_an_idle_holder_takes_a_new_session_past_its_share_while_the_others_prefill() -> None:
+    """The share keeps a burst of cold first turns off the replica the hash favours; it must
+    not send a head restore behind a forward in progress while a holder idles (its own
+    sessions thinking). The budget still binds."""
+    rig = Rig(checkpoint_slots=40, max_running_requests=4)
+    idle, *busy = rig.replicas
+    for r in rig.replicas:
+        rig.picker.heads.put("cc-head", r.name, rig.clock.now)
+    for i in range(20):  # far past a third of the sessions
+        rig.picker.pins.put(f"x{i}", idle.name, rig.clock.now, kind="main")
+    for r in busy:
+        r.prefill_s = 10.0
+    head = {"head": "cc-head", "head_tokens": 30_100, "save_head": True}
+    c = rig.ctx("s1", "s1-main", prompt=PROMPT_33K, **head)
+    pick = rig.picker.pick(c)
+    assert (pick.replica, pick.affinity) == (idle, "head")
+    # Busy (a running slot free, but a prefill queued): the share decides again.
+    idle.prefill_s = 5.0
+    c = rig.ctx("s2", "s2-main", prompt=PROMPT_33K, **head)
+    assert rig.picker.pick(c).replica in busy
+    # Nothing queued at the others, but every running slot taken: a restore there waits for
+    # a slot, so the idle holder takes it.
+    idle.prefill_s = 0.0
+    for r in busy:
+        r.prefill_s, r.in_flight = 0.0, 4
+    c = rig.ctx("s2b", "s2b-main", prompt=PROMPT_33K, **head)
+    assert rig.picker.pick(c).replica is idle
+    for r in busy:
+        r.prefill_s, r.in_flight = 10.0, 0
+    # Idle but without room in its budget ((40 - 4 - 1) + 1 = 36 sessions): not there.
+    idle.prefill_s = 0.0
+    for i in range(20, 40):
+        rig.picker.pins.put(f"x{i}", idle.name, rig.clock.now, kind="main")
+    c = rig.ctx("s3", "s3-main", prompt=PROMPT_33K, **head)
+    assert rig.picker.pick(c).replica in busy
 
 
 def test_lineages_started_together_do_not_queue_behind_each_other() -> None:
@@ -294,3 +339,30 @@ def test_lineages_started_together_do_not_queue_behind_each_other() -> None:
     for replica in rig.replicas:
         replica.prefill_s = 0.0
     assert rig.picker.pick(rig.ctx("s", "s-agent-2", kind="subagent")).replica is sub
+
+
+def test_a_lineage_back_after_its_pin_expired_goes_where_it_was() -> None:
+    """A user back after more than routing.pin_idle_ttl_s: the pin expired, but the
+    checkpoint may still be in that replica's pool. The lineage goes back there, verified
+    against its last turn, rather than to a head holder elsewhere (which could restore only
+    its head)."""
+    rig = Rig(pin_idle_ttl_s=60)
+    head = {"head": "cc-head", "head_tokens": 30_100, "save_head": True}
+    home = rig.turn("s1", "s1-main", 40_000, 0, **head)
+    # The head is held everywhere (warmed), and home has a prefill queued: as a new lineage,
+    # the session would restore its head on another replica.
+    for r in rig.replicas:
+        rig.picker.heads.put("cc-head", r.name, rig.clock.now)
+    home.prefill_s = 10.0
+    rig.clock.now += 120
+    assert rig.picker.pins.peek("s1-main") is not None  # not swept until asked
+    back = rig.turn("s1", "s1-main", 41_000, 39_936, **head)
+    assert back is home
+    assert rig.counts[("hit", "main")] == 1
+    assert rig.picker.pins.live(home.name) == 1
+    # Where it was can no longer take it (drained): placed as new, and not revived later.
+    rig.clock.now += 120
+    home.draining = True
+    elsewhere = rig.turn("s1", "s1-main", 42_000, 29_952, **head)
+    assert elsewhere is not home
+    assert rig.picker.pins.expired("s1-main") is None
