@@ -13,30 +13,14 @@ import pytest
 from bench.workload import synthetic_text
 from tests.e2e.conftest import client_for, metric_sum, wait_for
 from tests.e2e.test_lineages import ADMIN, ENV, TOOLS, TRACK, ChatConversation, affinity
-from tests.support.procs import Proc, start_gateway, start_sim
+from tests.support.procs import Proc, sims_behind_gateway
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[tuple[list[Proc], Proc]]:
-    sims = [start_sim(name=f"warm-{i}") for i in range(3)]
-    try:
-        gateway = start_gateway(
-            [s.url for s in sims],
-            env={
-                **ENV,
-                "FLASHBOX_ROUTING__HEAD_WARM_CHECK_S": "0.05",
-                # The heads here are ~2.4k tokens; at 100 tokens/s their cold prefill costs
-                # more than a restore (routing.hit_ttft_s), as a 30k head's does at 1,273.
-                "FLASHBOX_ROUTING__PREFILL_TOKENS_PER_S": "100",
-            },
-        )
-        try:
-            yield sims, gateway
-        finally:
-            gateway.stop()
-    finally:
-        for sim in sims:
-            sim.stop()
+    env = {**ENV, "FLASHBOX_ROUTING__HEAD_WARM_CHECK_S": "0.05"}
+    with sims_behind_gateway("warm", env) as procs:
+        yield procs
 
 
 def heads_saved(sim: Proc) -> float:

@@ -18,7 +18,7 @@ import pytest
 
 from bench.workload import synthetic_text
 from tests.e2e.conftest import GATEWAY_ENV, MODEL, client_for, metric_sum
-from tests.support.procs import Proc, start_gateway, start_sim
+from tests.support.procs import Proc, sims_behind_gateway
 
 TRACK = 256
 ADMIN = {"authorization": "Bearer adm-e2e"}
@@ -50,16 +50,8 @@ ANTHROPIC_TOOLS: list[Any] = [
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[tuple[list[Proc], Proc]]:
-    sims = [start_sim(name=f"lineage-{i}") for i in range(3)]
-    try:
-        gateway = start_gateway([s.url for s in sims], env=ENV)
-        try:
-            yield sims, gateway
-        finally:
-            gateway.stop()
-    finally:
-        for sim in sims:
-            sim.stop()
+    with sims_behind_gateway("lineage", ENV) as procs:
+        yield procs
 
 
 def affinity(gateway: Proc, outcome: str, lineage: str) -> float:
