@@ -29,6 +29,10 @@ from gateway.errors import GatewayError
 
 log = logging.getLogger("gateway.core.heads")
 
+# sampling_params.custom_params field that tells the engine where the head ends (the patch's and
+# the simulator's contract, docs/prefix-cache.md).
+HEAD_TOKENS_PARAM = "flashbox_head_tokens"
+
 
 def prompt_head(prompt: str, user_turn_marker: str) -> str | None:
     """The prompt up to its first user turn (None: no user turn, so no head to share)."""

@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from gateway.core.answer import Answer
-from gateway.core.heads import prompt_head
+from gateway.core.heads import HEAD_TOKENS_PARAM, prompt_head
 from gateway.core.images import check_markers
 from gateway.core.relay import Relay, error_kind
 from gateway.core.request import CoreRequest
@@ -129,7 +129,7 @@ class Run:
         body = generate_body(request, prompt, self._rid, state.settings)
         if ctx.save_head:
             params = body["sampling_params"]
-            params["custom_params"] = {"flashbox_head_tokens": head_tokens}
+            params["custom_params"] = {HEAD_TOKENS_PARAM: head_tokens}
         if placed:
             # Only checked bytes, as data URLs the gateway built: the engine would fetch or
             # open anything else it is given.

@@ -89,6 +89,9 @@ class _Pending:
 
 
 class AffinityPicker:
+    # Whether a lineage back after its pin expired goes where it was (`_revived`).
+    _revives = True
+
     def __init__(
         self,
         replicas: Sequence[Replica],
@@ -104,8 +107,6 @@ class AffinityPicker:
         self.pins = PinTable(settings.pin_table_size, settings.pin_idle_ttl_s)
         self.sessions = SessionTable(settings.pin_table_size, settings.pin_idle_ttl_s)
         self.heads = HeadTable(settings.head_table_size, settings.head_idle_ttl_s)
-        # Whether a lineage back after its pin expired goes where it was (`_revived`).
-        self._revives = True
         # Whether a replica restored a head's checkpoint (a verified head_hit): the engine
         # saves heads (the stock one ignores the field), so warming one is worth a prefill.
         self.heads_restored = False
@@ -311,11 +312,10 @@ class AffinityPicker:
         held = self.heads.replicas(ctx.head, now)
         # In the lineage's own rendezvous order, which breaks ties: every session of a project
         # has the same head, and one order for all would fill the same replica first every time.
-        holders = [
-            r
-            for r in (ranked(key, usable) if held else ())
-            if r.name in held and self._fits(r, usable, kind, extra=1)
-        ]
+        if not held:
+            return cold, "new", 0
+        order = ranked(key, usable)
+        holders = [r for r in order if r.name in held and self._fits(r, usable, kind, extra=1)]
         if not holders:
             return cold, "new", 0
         # The one whose queue ends first: a head hit behind another session's cold prefill
@@ -330,11 +330,7 @@ class AffinityPicker:
             # whole forward (the shape benchmark found idle holders skipped this way while the
             # others had 10-30 s queued and every running slot taken).
             idle = next(
-                (
-                    r
-                    for r in ranked(key, usable)
-                    if r.name in held and self._idle_now(r) and self._has_room(r)
-                ),
+                (r for r in order if r.name in held and self._idle_now(r) and self._has_room(r)),
                 None,
             )
             if idle is not None:
@@ -590,8 +586,13 @@ class AffinityPicker:
                 or replica.name in self.heads.replicas(ctx.head, now)
             )
         ):
-            self.heads.put(ctx.head, replica.name, now)
-            self.pins.leave(replica.name, "head:" + ctx.head, now)
+            self._hold_head(ctx.head, replica.name, now)
+
+    def _hold_head(self, head: str, replica: str, now: float) -> None:
+        """The replica holds the head's checkpoint: where new lineages with it may go, and
+        charged to its budget like a left-behind checkpoint."""
+        self.heads.put(head, replica, now)
+        self.pins.leave(replica, "head:" + head, now)
 
     def warm_targets(self, head: str) -> list[Replica]:
         """Where the head's checkpoint should be prefilled now (gateway.routing.warm): usable
@@ -612,9 +613,7 @@ class AffinityPicker:
     def head_warmed(self, head: str, replica: Replica) -> None:
         """The engine prefilled the head at `replica` (it holds the checkpoint now), charged
         to its budget like a head a session saved there."""
-        now = self._clock()
-        self.heads.put(head, replica.name, now)
-        self.pins.leave(replica.name, "head:" + head, now)
+        self._hold_head(head, replica.name, self._clock())
 
     async def claim_warm(self, head: str, replica: Replica) -> bool:
         """Whether this gateway warms the head there (gateway.routing.fleet asks the store:

@@ -78,6 +78,10 @@ _CONFIRM_AFTER_S = 1.0
 
 
 class FleetPicker(AffinityPicker):
+    # An expired pin here may have been moved by another gateway since: the store's answer
+    # places a returning lineage, not this gateway's memory of it.
+    _revives = False
+
     def __init__(
         self,
         replicas: Sequence[Replica],
@@ -93,9 +97,6 @@ class FleetPicker(AffinityPicker):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(replicas, settings, count, clock)
-        # An expired pin here may have been moved by another gateway since: the store's
-        # answer places a returning lineage, not this gateway's memory of it.
-        self._revives = False
         self._tables = tables
         self._pinned_turns_wait = pinned_turns_wait
         # The fetches of pinned turns sent before the store answered (`_confirm`), by request.

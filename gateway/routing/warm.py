@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gateway.core.heads import HEAD_TOKENS_PARAM
 from gateway.errors import GatewayError
 from gateway.routing import capacity
 from gateway.routing.replica import Replica
@@ -161,7 +162,7 @@ class HeadWarmer:
                 "text": head.text,
                 "sampling_params": {
                     "max_new_tokens": 0,
-                    "custom_params": {"flashbox_head_tokens": head.tokens},
+                    "custom_params": {HEAD_TOKENS_PARAM: head.tokens},
                 },
                 "stream": True,
                 "rid": "warm-" + secrets.token_hex(8),
