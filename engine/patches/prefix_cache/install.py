@@ -58,7 +58,9 @@ def _schedule_batch(module: ModuleType, patcher: Patcher) -> None:
 
 
 def _fla_kda(module: ModuleType, patcher: Patcher) -> None:
-    from engine.patches.prefix_cache.kda import capture_chunk_states
+    # Not kda.py: this hook runs while the GLM backend module is importing fla.kda (see
+    # chunk_states.py).
+    from engine.patches.prefix_cache.chunk_states import capture_chunk_states
 
     name = "chunk_gated_delta_rule_fwd_h"
     patcher.replace(module, name, capture_chunk_states(original(module, name)))

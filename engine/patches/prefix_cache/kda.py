@@ -11,8 +11,7 @@ Imported only once sglang's GLM KDA backend is loaded (from the import hook).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextvars import ContextVar
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -23,28 +22,7 @@ from sglang.srt.layers.attention.linear.glm5_next_kda_backend import (  # type: 
     Glm5NextKDAAttnBackend,
 )
 
-# `chunk_kda` computes the per-chunk states `h` and drops them. The wrapper below hands them
-# to the GLM extend call that asked for them, and only to it: a context variable rather than
-# an attribute, so Kimi's KDA path (same kernel) and any other caller are untouched.
-_CHUNK_STATES: ContextVar[list[torch.Tensor] | None] = ContextVar(
-    "flashbox_kda_chunk_states", default=None
-)
-
-FwdH = Callable[..., tuple[torch.Tensor, Any]]
-
-
-def capture_chunk_states(stock: FwdH) -> FwdH:
-    """Wrap `chunk_gated_delta_rule_fwd_h` as `fla.kda` calls it, keeping `h` on request."""
-
-    def chunk_gated_delta_rule_fwd_h(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
-        result = stock(*args, **kwargs)
-        sink = _CHUNK_STATES.get()
-        if sink is not None:
-            sink.append(result[0])
-        return result
-
-    chunk_gated_delta_rule_fwd_h.__wrapped__ = stock  # type: ignore[attr-defined]
-    return chunk_gated_delta_rule_fwd_h
+from engine.patches.prefix_cache.chunk_states import CHUNK_STATES
 
 
 def glm_conv_states_shape(shape: Sequence[int]) -> tuple[int, ...]:
@@ -141,11 +119,11 @@ class SnapshotKDAAttnBackend(Glm5NextKDAAttnBackend):  # type: ignore[misc]
             forward_batch.mamba_track_indices[mask.nonzero(as_tuple=True)[0]],
         )
         sink: list[torch.Tensor] = []
-        token = _CHUNK_STATES.set(sink)
+        token = CHUNK_STATES.set(sink)
         try:
             output = super().forward_extend(layer, forward_batch, mixed_qkv, a, b, **kwargs)
         finally:
-            _CHUNK_STATES.reset(token)
+            CHUNK_STATES.reset(token)
         if len(sink) != 1:
             raise RuntimeError(
                 f"GLM KDA extend produced {len(sink)} chunk-state tensors, expected 1: "
