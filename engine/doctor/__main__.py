@@ -125,6 +125,14 @@ def main(
     except ProfileError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if profile.device != "cuda":
+        # The CPU test profiles run a tiny model for tests (make engine-cpu), not the appliance.
+        print(
+            f"{args.profile}: a {profile.device} test profile; the doctor checks GPU hosts. "
+            "`make engine-cpu` prepares and starts this one.",
+            file=sys.stderr,
+        )
+        return 2
     model, missing = _model_dir(args.model_dir, profile, env)
     disk_path = DOCKER_DATA if DOCKER_DATA.is_dir() else Path.cwd()
     inputs = Inputs(

@@ -33,7 +33,7 @@ def gpu(profile: EngineProfile, host: HostFacts) -> Check:
         return fail("GPU", "no NVIDIA GPU found (nvidia-smi missing or lists none)", NO_GPU_FIX)
     names = sorted({f"{g.name} ({g.memory_mib} MiB)" for g in host.gpus})
     found = f"{len(host.gpus)}x " + ", ".join(names)
-    tp = profile.gpu.tp_size
+    tp = profile.gpu_section.tp_size
     if len(host.gpus) < tp:
         return fail("GPU", found, f"The profile asks for gpu.tp_size {tp}: lower it or add GPUs.")
     return ok("GPU", found)
@@ -45,7 +45,7 @@ def compute_capability(profile: EngineProfile, host: HostFacts) -> Check:
         return skip(name, "no GPU")
     first = host.gpus[0]
     found = f"{first.capability_text} ({first.sm})"
-    supported = profile.gpu.supported
+    supported = profile.gpu_section.supported
     if not supported:
         return ok(name, found)
     match = next((a for a in supported if a.covers(first.compute_capability)), None)
@@ -93,12 +93,13 @@ def cpu_isa(profile: EngineProfile, host: HostFacts) -> Check:
         f"{cpu.model_name}: AVX512-BF16 {yes[cpu.avx512_bf16]}, AMX {yes[cpu.amx]} "
         f"-> kt-kernel {cpu.kt_variant}"
     )
-    floor = profile.kt.min_cpu_variant
+    floor = profile.kt_section.min_cpu_variant
     if floor != "auto" and variant_level(cpu.kt_variant) < variant_level(floor):
         return fail(
             name,
             found,
-            f"kt-method {profile.kt.method} needs the {floor} kernels (AVX512-VBMI: AMD Zen 4, "
+            f"kt-method {profile.kt_section.method} needs the {floor} kernels "
+            "(AVX512-VBMI: AMD Zen 4, "
             "Intel Ice Lake or newer); this CPU cannot run the routed experts.",
         )
     return ok(name, found)
@@ -110,9 +111,9 @@ def cores(profile: EngineProfile, host: HostFacts) -> Check:
     if cpu is None:
         return skip(name, "no CPU information")
     found = f"{cpu.physical_cores} ({cpu.logical_cpus} logical CPUs, {cpu.sockets} socket(s))"
-    wanted = profile.kt.cpuinfer
+    wanted = profile.kt_section.cpuinfer
     if wanted == "auto":
-        used = max(1, cpu.physical_cores - profile.kt.reserve_cores)
+        used = max(1, cpu.physical_cores - profile.kt_section.reserve_cores)
         return ok(name, f"{found} -> --kt-cpuinfer {used}")
     if wanted > cpu.physical_cores:
         return warn(

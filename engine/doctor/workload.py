@@ -65,9 +65,11 @@ def state_pool(profile: EngineProfile, host: HostFacts, available: bool) -> Chec
             f"requested, but {prefix_cache.PATCH_MODULE} is not in this install: off",
             "Rebuild the engine image from this repository (`docker compose build engine`).",
         )
-    tp = profile.gpu.tp_size
+    tp = profile.gpu_section.tp_size
     budget = (
-        prefix_cache.static_budget_mib(host.gpus[0].memory_mib, profile.gpu.mem_fraction_static)
+        prefix_cache.static_budget_mib(
+            host.gpus[0].memory_mib, profile.gpu_section.mem_fraction_static
+        )
         if host.gpus
         else None
     )

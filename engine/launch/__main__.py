@@ -37,7 +37,28 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--python", default=sys.executable, help="interpreter that runs SGLang (default: this one)"
     )
+    parser.add_argument("--port", type=int, help="serve on this port (overrides server.port)")
+    parser.add_argument(
+        "--model-path", help="model directory (overrides model.path; make engine-cpu uses it)"
+    )
     return parser
+
+
+def apply_overrides(
+    profile: EngineProfile, port: int | None, model_path: str | None
+) -> EngineProfile:
+    """The profile with the command line's --port and --model-path in place of its own."""
+    if port is not None:
+        if not 1 <= port <= 65535:
+            raise ProfileError(f"--port {port} is not a TCP port")
+        profile = profile.model_copy(
+            update={"server": profile.server.model_copy(update={"port": port})}
+        )
+    if model_path is not None:
+        profile = profile.model_copy(
+            update={"model": profile.model.model_copy(update={"path": model_path})}
+        )
+    return profile
 
 
 def check_flags(plan: LaunchPlan, python: str, read_help: HelpReader) -> LaunchPlan:
@@ -78,7 +99,7 @@ def main(
     args = _parser().parse_args(argv)
     env_in = os.environ if environ is None else environ
     try:
-        profile = load_profile(args.profile)
+        profile = apply_overrides(load_profile(args.profile), args.port, args.model_path)
     except ProfileError as exc:
         print(exc, file=sys.stderr)
         return 2

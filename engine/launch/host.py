@@ -88,6 +88,8 @@ class HostFacts:
     numa: tuple[NumaNode, ...] | None = None
     memory: Memory | None = None
     notes: tuple[str, ...] = field(default=())
+    # The CPUs this process may run on (None: unknown, all of them).
+    allowed_cpus: frozenset[int] | None = None
 
 
 def parse_meminfo(text: str) -> Memory | None:
@@ -143,4 +145,5 @@ def probe(sources: HostSources) -> HostFacts:
         numa=read_numa(sources, allowed),
         memory=parse_meminfo(meminfo) if meminfo else None,
         notes=tuple(notes),
+        allowed_cpus=allowed,
     )

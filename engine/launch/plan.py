@@ -67,8 +67,11 @@ def build_plan(
     b.notes.extend(host.notes)
     _serving(b)
     _images(b)
-    _gpu(b)
-    _kt(b)
+    if profile.device == "cpu":
+        _cpu(b)
+    else:
+        _gpu(b)
+        _kt(b)
     _prefix_cache(b)
     _kernels(b)
     _observability(b)
@@ -86,10 +89,12 @@ def _serving(b: _Builder) -> None:
     p = b.profile
     b.flag("--model-path", p.model.path)
     b.flag("--served-model-name", p.model.served_name)
+    b.optional("--load-format", p.model.load_format)
     b.flag("--host", p.server.host)
     b.flag("--port", p.server.port)
-    b.flag("--tp-size", p.gpu.tp_size)
-    b.flag("--mem-fraction-static", p.gpu.mem_fraction_static)
+    if p.gpu is not None:
+        b.flag("--tp-size", p.gpu.tp_size)
+        b.flag("--mem-fraction-static", p.gpu.mem_fraction_static)
     b.optional("--context-length", p.scheduling.context_length)
     b.optional("--chunked-prefill-size", p.scheduling.chunked_prefill_size)
     b.optional("--max-running-requests", p.scheduling.max_running_requests)
@@ -102,6 +107,15 @@ def _serving(b: _Builder) -> None:
         # nobody reads (the gateway cuts them out): O(n^2) bytes over an answer, built by the
         # tokenizer manager's one Python process. Text stays cumulative either way.
         b.flag("--stream-output")
+    # What the real server showed (docs/engine-cpu.md): both are ServerSection fields.
+    if not p.server.health_runs_generation:
+        b.env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] = "0"
+    if p.server.force_shutdown:
+        # The old spelling on purpose: sglang-kt 0.7.2's tokenizer manager reads only
+        # SGL_FORCE_SHUTDOWN (its environ module warns it is deprecated and copies it to
+        # SGLANG_FORCE_SHUTDOWN, which nothing reads). Seen on the real server: with the new
+        # spelling alone, SIGTERM waited forever on refused requests it never released.
+        b.env["SGL_FORCE_SHUTDOWN"] = "1"
     if p.server.api_key_env:
         key = b.environ.get(p.server.api_key_env, "")
         if key:
@@ -115,13 +129,49 @@ def _images(b: _Builder) -> None:
     # The vision tower loads whatever these say (sglang-kt has no switch to leave it out for
     # this model); they bound what one request may send it.
     bounds = b.profile.images
+    if bounds is None:
+        return
     b.flag("--mm-process-config", images.process_config(bounds.max_pixels))
     b.flag("--limit-mm-data-per-request", images.limit_per_request(bounds.max_images_per_request))
 
 
+def _cpu(b: _Builder) -> None:
+    """The real server on the CPU alone: torch-native kernels, no kt-kernel, no GPU checks."""
+    cpu = b.profile.cpu
+    assert cpu is not None  # the profile validator's rule for device cpu
+    b.flag("--device", "cpu")
+    b.flag("--max-total-tokens", cpu.max_total_tokens)
+    b.env["SGLANG_USE_CPU_ENGINE"] = "1"
+    bind = cpu.omp_threads_bind
+    if bind == "auto":
+        allowed = b.host.allowed_cpus
+        bind = _cpu_list(allowed) if allowed else "all"
+        b.notes.append(f"torch threads bound to CPUs {bind}")
+    b.env["SGLANG_CPU_OMP_THREADS_BIND"] = bind
+    if cpu.disable_torch_compile:
+        b.env["TORCHDYNAMO_DISABLE"] = "1"
+    # Nothing is fetched from a hub: the model directory is all there is.
+    b.env["HF_HUB_OFFLINE"] = "1"
+
+
+def _cpu_list(cpus: frozenset[int]) -> str:
+    """{0, 1, 2, 5} -> "0-2,5" (the kernel's cpulist format SGLang parses)."""
+    ordered = sorted(cpus)
+    runs: list[str] = []
+    start = prev = ordered[0]
+    for cpu in [*ordered[1:], None]:
+        if cpu is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if cpu is not None:
+            start = prev = cpu
+    return ",".join(runs)
+
+
 def _architecture(b: _Builder) -> GpuArchitecture | None:
     """The profile's policy entry for the GPUs in use; records problems on mismatch."""
-    gpu = b.profile.gpu
+    gpu = b.profile.gpu_section
     used = b.host.gpus[: gpu.tp_size]
     if not used:
         b.problems.append("no NVIDIA GPU found (nvidia-smi missing or lists none)")
@@ -144,7 +194,7 @@ def _architecture(b: _Builder) -> GpuArchitecture | None:
 
 
 def _gpu(b: _Builder) -> None:
-    gpu = b.profile.gpu
+    gpu = b.profile.gpu_section
     arch = _architecture(b)
     kv = gpu.kv_cache_dtype
     if arch is not None:
@@ -155,7 +205,7 @@ def _gpu(b: _Builder) -> None:
                 f"gpu.kv_cache_dtype {kv} is rejected on this GPU; use {arch.kv_cache_dtype} "
                 "(or auto)"
             )
-        threshold = b.profile.kt.gpu_prefill_token_threshold
+        threshold = b.profile.kt_section.gpu_prefill_token_threshold
         if not arch.layerwise_prefill and threshold:
             b.problems.append(
                 "this GPU has no layer-wise GPU prefill route: set "
@@ -177,7 +227,7 @@ def _gpu(b: _Builder) -> None:
 
 
 def _kt(b: _Builder) -> None:
-    kt = b.profile.kt
+    kt = b.profile.kt_section
     cpu = b.host.cpu
     b.flag("--kt-weight-path", kt.weight_path or b.profile.model.path)
     b.flag("--kt-method", kt.method)
@@ -224,7 +274,7 @@ def _kt(b: _Builder) -> None:
 
 
 def _kt_variant(b: _Builder) -> None:
-    kt = b.profile.kt
+    kt = b.profile.kt_section
     cpu = b.host.cpu
     detected = cpu.kt_variant if cpu is not None else None
     variant = detected if kt.cpu_variant == "auto" else kt.cpu_variant
@@ -254,10 +304,11 @@ def _prefix_cache(b: _Builder) -> None:
             "every turn is prefilled from scratch (cached_tokens stays 0)"
         )
         return
-    tp = b.profile.gpu.tp_size
+    gpu = b.profile.gpu
+    tp = gpu.tp_size if gpu is not None else 1
     budget_mib = (
-        prefix_cache.static_budget_mib(b.host.gpus[0].memory_mib, b.profile.gpu.mem_fraction_static)
-        if b.host.gpus
+        prefix_cache.static_budget_mib(b.host.gpus[0].memory_mib, gpu.mem_fraction_static)
+        if b.host.gpus and gpu is not None
         else None
     )
     slots = cache.slots

@@ -33,6 +33,9 @@ class _Section(BaseModel):
 class ModelSection(_Section):
     path: str = Field(description="model directory as the engine process sees it")
     served_name: str
+    # "dummy" starts random weights from config.json alone (the CPU test models); None is
+    # SGLang's default (read the checkpoint).
+    load_format: Literal["dummy"] | None = None
     architecture: str | None = Field(default=None, description="expected config.json entry")
     quantization: str | None = Field(default=None, description="expected quant_method")
     min_host_ram_gb: float = Field(gt=0, description="RAM the CPU experts need, in GB")
@@ -50,6 +53,16 @@ class ServerSection(_Section):
     )
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    # sglang-kt's /health runs a one-token generation by default, queued behind whatever the
+    # scheduler is doing: behind a long CPU prefill it times out and the engine looks dead.
+    # Off, /health answers from the server process (SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0);
+    # the gateway tells a stuck engine from a busy one by its open requests instead.
+    health_runs_generation: bool = False
+    # A request the engine never released makes SIGTERM wait forever (sglang-kt 0.7.2 keeps
+    # the state of every request it refused: an unknown sampling_params key, top_k 0, a
+    # prompt past the context); forced shutdown (SGL_FORCE_SHUTDOWN=1) lets
+    # `docker compose stop` end the engine.
+    force_shutdown: bool = True
 
 
 class ImagesSection(_Section):
@@ -108,6 +121,18 @@ class GpuSection(_Section):
     cuda_graph_max_bs: int | None = Field(default=None, ge=1)
     disable_cuda_graph: bool = False
     supported: list[GpuArchitecture] = Field(default_factory=list)
+
+
+class CpuSection(_Section):
+    """The engine on the CPU alone (`device: cpu`): the tiny test models, never GLM itself."""
+
+    # Cores the torch threads are bound to (SGLANG_CPU_OMP_THREADS_BIND); "auto" = the CPUs
+    # this process may run on.
+    omp_threads_bind: str | Auto = "auto"
+    # Without it the KV pool is sized from host memory (17 GB for the tiny model).
+    max_total_tokens: int = Field(ge=1)
+    # torch.compile on the first request costs ~20 s on a 2-core host and buys nothing here.
+    disable_torch_compile: bool = True
 
 
 class KtSection(_Section):
@@ -181,18 +206,48 @@ class DoctorSection(_Section):
 class EngineProfile(_Section):
     name: str
     description: str = ""
+    # cuda: the appliance (GPU + kt-kernel CPU experts); cpu: the real server on the CPU alone,
+    # for tests (make engine-cpu).
+    device: Literal["cuda", "cpu"] = "cuda"
     model: ModelSection
     server: ServerSection
-    gpu: GpuSection
-    kt: KtSection
+    gpu: GpuSection | None = None
+    kt: KtSection | None = None
+    cpu: CpuSection | None = None
     scheduling: SchedulingSection = Field(default_factory=SchedulingSection)
-    images: ImagesSection = Field(default_factory=ImagesSection)
+    # None: a text-only model (no vision tower, no image flags).
+    images: ImagesSection | None = Field(default_factory=ImagesSection)
     prefix_cache: PrefixCacheSection = Field(default_factory=PrefixCacheSection)
     kernels: KernelsSection = Field(default_factory=KernelsSection)
     doctor: DoctorSection = Field(default_factory=DoctorSection)
     env: dict[str, str] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)
     check_flags: bool = True
+
+    @model_validator(mode="after")
+    def _device_sections(self) -> EngineProfile:
+        if self.device == "cuda" and (self.gpu is None or self.kt is None):
+            raise ValueError("device cuda needs the gpu and kt sections")
+        if self.device == "cpu" and self.cpu is None:
+            raise ValueError("device cpu needs the cpu section (max_total_tokens)")
+        if self.device == "cpu" and self.kernels.enabled:
+            raise ValueError("kernels are Triton kernels for the GPU: set kernels.enabled false")
+        return self
+
+    @property
+    def gpu_section(self) -> GpuSection:
+        """The gpu section of a cuda profile (the validator guarantees it there)."""
+        if self.gpu is None:
+            raise ValueError(
+                f"engine profile {self.name} has no gpu section (device {self.device})"
+            )
+        return self.gpu
+
+    @property
+    def kt_section(self) -> KtSection:
+        if self.kt is None:
+            raise ValueError(f"engine profile {self.name} has no kt section (device {self.device})")
+        return self.kt
 
     @model_validator(mode="after")
     def _prefix_cache_alignment(self) -> EngineProfile:

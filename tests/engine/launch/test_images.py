@@ -35,6 +35,11 @@ def _load(tmp_path: Path, data: dict[str, Any]) -> EngineProfile:
     return load_profile(path)
 
 
+def _images(profile: EngineProfile) -> ImagesSection:
+    assert profile.images is not None
+    return profile.images
+
+
 def _plan(profile: EngineProfile, tmp_path: Path, host: str = REFERENCE) -> LaunchPlan:
     return build_plan(
         profile,
@@ -101,9 +106,9 @@ def test_unknown_keys_are_refused(tmp_path: Path) -> None:
 def test_the_extremes_are_accepted(tmp_path: Path) -> None:
     data = _reference_data()
     data["images"] = {"max_pixels": 12_544, "max_images_per_request": 1}
-    assert _load(tmp_path, data).images.max_tokens_per_image == 8
+    assert _images(_load(tmp_path, data)).max_tokens_per_image == 8
     data["images"] = {"max_pixels": 6_272_000, "max_images_per_request": 8}
-    assert _load(tmp_path, data).images.max_tokens_per_image == 4_000
+    assert _images(_load(tmp_path, data)).max_tokens_per_image == 4_000
 
 
 def test_profile_values_become_the_engine_flags(tmp_path: Path) -> None:
@@ -126,8 +131,8 @@ def test_committed_profiles_cap_an_image_at_800_tokens(
     tmp_path: Path, profile_name: str, host: str, max_images: int
 ) -> None:
     profile = load_profile(PROFILES / f"{profile_name}.yaml")
-    assert profile.images.max_pixels == images.KT_DOC_MAX_PIXELS
-    assert profile.images.max_tokens_per_image == 800
+    assert _images(profile).max_pixels == images.KT_DOC_MAX_PIXELS
+    assert _images(profile).max_tokens_per_image == 800
     plan = _plan(profile, tmp_path, host)
     assert _value(plan, "--mm-process-config") == {"image": {"max_pixels": 1_254_400}}
     assert _value(plan, "--limit-mm-data-per-request") == {"image": max_images}
