@@ -10,7 +10,7 @@ DEBS := prometheus redis-server
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv debs demo test test-full lint up down logs bench check-config dashboards device-checks
+.PHONY: help venv debs demo test test-full test-engine engine-cpu lint up down logs bench check-config dashboards device-checks
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -34,6 +34,24 @@ test: $(STAMP) debs ## the test suite (what CI runs)
 
 test-full: $(STAMP) debs ## the long suites too (15,000 template cases, soak-sized property runs)
 	$(PY) -m pytest -q -m '' $(PYTEST_ARGS)
+
+# The real sglang-kt server on this CPU with a tiny model (docs/engine-cpu.md). Its own
+# virtualenv under .cache/engine-cpu (the image's pins; ~10 GB, ~5 min on first use, reused).
+ENGINE_CPU_PORT ?= 30000
+ENGINE_CPU_MODEL ?= hybrid
+export ENGINE_CPU_PORT ENGINE_CPU_MODEL
+
+engine-cpu: ## the real sglang-kt server on this CPU, tiny model (ENGINE_CPU_MODEL hybrid|dense, ENGINE_CPU_PORT); foreground
+	$(PYTHON) -m scripts.engine_cpu
+
+# The gateway's engine-generic end-to-end suites over the real server (both tiny models), and
+# the wire diff against the simulator. CI runs it after `make test`.
+ENGINE_SUITES := tests/e2e/test_engine_protocol.py tests/e2e/test_wire_diff.py tests/engine_cpu
+test-engine: $(STAMP) ## the e2e suites over the real sglang-kt server on this CPU (builds its venv once)
+	$(PYTHON) -m scripts.engine_cpu --prepare-only --model hybrid
+	$(PYTHON) -m scripts.engine_cpu --prepare-only --model dense
+	FLASHBOX_TEST_ENGINES=sglang ENGINE_CPU_MODEL=hybrid $(PY) -m pytest -q -p no:cacheprovider $(ENGINE_SUITES) $(PYTEST_ARGS)
+	FLASHBOX_TEST_ENGINES=sglang ENGINE_CPU_MODEL=dense $(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_engine_protocol.py $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff, mypy --strict, hadolint
 	$(VENV)/bin/ruff check .
