@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +24,22 @@ HEAD_TOKENS_PARAM = "flashbox_head_tokens"
 class SimRequestError(ValueError):
     """The client's fault: answered with 400 and this message."""
 
+    # True for what sglang-kt checks inside its tokenizer manager (sampling values, the
+    # context): a streamed request gets its 200 and then the refusal as the first event,
+    # where a malformed body is a plain 400 either way.
+    in_stream = False
+
     def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.status = status
+
+
+class SimRefusal(SimRequestError):
+    """A refusal sglang-kt sends in the stream when the request streams."""
+
+    in_stream = True
 
 
 @dataclass(frozen=True)
@@ -241,6 +253,7 @@ def parse_generate(
         value = sampling.get(key)
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
             raise SimRequestError(f"{where}{key} must be a number", f"{where}{key}")
+    _check_ranges(sampling)
     return GenerateParams(
         rid=rid,
         text=text,
@@ -266,8 +279,53 @@ def _media(body: dict[str, Any]) -> RawMedia | None:
     return None if media == RawMedia() else media
 
 
-# A grammar that forces GLM tool calls spells each allowed call as `"<tool_call>" "NAME"`.
-_GRAMMAR_CALL = re.compile(r'"<tool_call>"\s*"((?:[^"\\]|\\.)+)"')
+# sglang-kt 0.7.2's SamplingParams.verify, in its order and words (the real server showed the
+# gateway passing these through: they must be refused here as there).
+_RANGES: tuple[tuple[str, float, Callable[[float], bool], str], ...] = (
+    ("temperature", 1.0, lambda v: v >= 0.0, "temperature must be non-negative, got {}."),
+    ("top_p", 1.0, lambda v: 0.0 < v <= 1.0, "top_p must be in (0, 1], got {}."),
+    ("min_p", 0.0, lambda v: 0.0 <= v <= 1.0, "min_p must be in [0, 1], got {}."),
+    (
+        "top_k",
+        -1,
+        lambda v: v == -1 or v >= 1,
+        "top_k must be -1 (disable) or at least 1, got {}.",
+    ),
+    (
+        "frequency_penalty",
+        0.0,
+        lambda v: -2.0 <= v <= 2.0,
+        "frequency_penalty must be in [-2, 2], got {}.",
+    ),
+    (
+        "presence_penalty",
+        0.0,
+        lambda v: -2.0 <= v <= 2.0,
+        "presence_penalty must be in [-2, 2], got {}.",
+    ),
+    (
+        "repetition_penalty",
+        1.0,
+        lambda v: 0.0 <= v <= 2.0,
+        "repetition_penalty must be in [0, 2], got {}.",
+    ),
+)
+
+
+def _check_ranges(sampling: dict[str, Any]) -> None:
+    greedy = sampling.get("temperature") == 0
+    for key, default, valid, message in _RANGES:
+        if greedy and key == "top_k":
+            continue  # SGLang turns temperature 0 into top_k 1 before it checks top_k
+        value = sampling.get(key, default)
+        if isinstance(value, int | float) and not isinstance(value, bool) and not valid(value):
+            raise SimRefusal(message.format(value), f"sampling_params.{key}")
+
+
+# A grammar that forces GLM tool calls spells each allowed call as `<tool_call> "NAME"`
+# (the marker as a token, as the gateway writes it; the quoted-text form an older gateway
+# wrote is read too).
+_GRAMMAR_CALL = re.compile(r'(?:"<tool_call>"|<tool_call>)\s*"((?:[^"\\]|\\.)+)"')
 
 
 def _grammar_tools(ebnf: Any) -> tuple[str, ...] | None:

@@ -5,8 +5,15 @@ for why). The grammar covers what follows `</think>`: one or more calls (exactly
 named function), nothing else. Arguments follow the schema's property order, required ones
 mandatory; a value is typed as far as a grammar can do it safely:
 
-- free text (strings, unions that include strings, untyped values): any text up to the first
-  `</arg_value>`, which is exactly what the parser reads as the value;
+The markup (`<tool_call>`, `<arg_key>`, ...) is written as tokens (`<tool_call>` unquoted),
+not as quoted text: the model's tokenizer has each marker as one added token, and llguidance
+treats every added token as a special token that no quoted text matches. A grammar with the
+markers as text forbids the very token the model emits for them; the real engine showed it
+(tests/e2e/test_engine_protocol.py): the matcher failed at the first `<tool_call>` and the
+"forced" call came back as plain text.
+
+- free text (strings, unions that include strings, untyped values): any text up to the
+  `</arg_value>` token, which is exactly what the parser reads as the value;
 - enums: one of the members as the template writes them (strings raw, others as JSON);
 - everything else: `%json{...}` with only the JSON types (or the enum), never the request's
   own schema keywords, so an unusual schema can never make the grammar invalid.
@@ -33,9 +40,9 @@ from gateway.parsers.glm_markup import (
 from gateway.parsers.schema_types import ValueType, value_type
 from gateway.parsers.tools import declared_functions, resolve_tool_choice
 
-# Any text that ends at the first `</arg_value>` (the end tag is part of the lexeme, so the
-# lexer never has to guess where free text stops).
-_FREE_TEXT = r"/(?s:.*)<\/arg_value>/ & ~/(?s:.*<\/arg_value>.+)/"
+# Any text: it ends where the model emits the `</arg_value>` token (no text lexeme can hold
+# a special token, so the lexer never has to guess where free text stops).
+_FREE_TEXT = r"/(?s:.*)/"
 _FREE_KEY = r"/[^<\n]+/"
 
 
@@ -62,25 +69,32 @@ def _literals(*texts: str) -> str:
     return " ".join(_literal(t) for t in texts if t)
 
 
+def _token(marker: str) -> str:
+    """A markup marker as the single token it is in the model's vocabulary."""
+    return marker
+
+
 def _value_rule(vt: ValueType) -> str:
     """Grammar for `V</arg_value>` of one argument."""
     if vt.enum:
         # Each member as the template writes it: a string raw, anything else as JSON.
         written = (m if isinstance(m, str) else json.dumps(m, ensure_ascii=False) for m in vt.enum)
         members = " | ".join(_literal(w) for w in dict.fromkeys(written))
-        return f"({members}) {_literal(VALUE_CLOSE)}"
+        return f"({members}) {_token(VALUE_CLOSE)}"
     if vt.types is None or "string" in vt.types:
-        return "FREE_TEXT"
+        return f"FREE_TEXT {_token(VALUE_CLOSE)}"
     kinds = sorted(vt.types)
     schema = {"type": kinds[0] if len(kinds) == 1 else kinds}
-    return f"%json{json.dumps(schema)} {_literal(VALUE_CLOSE)}"
+    return f"%json{json.dumps(schema)} {_token(VALUE_CLOSE)}"
 
 
 def _argument(key_item: str, value_item: str, layout: GlmLayout) -> str:
     parts = [
-        _literal(KEY_OPEN),
+        _token(KEY_OPEN),
         key_item,
-        _literals(KEY_CLOSE, layout.after_key, VALUE_OPEN),
+        _token(KEY_CLOSE),
+        _literals(layout.after_key),
+        _token(VALUE_OPEN),
         value_item,
         _literals(layout.after_value),
     ]
@@ -101,8 +115,8 @@ def _call_rules(index: int, name: str, parameters: object, layout: GlmLayout) ->
             body.append(arg_rule if key in required_keys else f"{arg_rule}?")
     else:
         body.append("arg_free*")
-    head = _literals(CALL_OPEN, name, layout.after_name)
-    rules.insert(0, f"call_{index}: {' '.join([head, *body, _literal(CALL_CLOSE)])}")
+    head = " ".join(p for p in (_token(CALL_OPEN), _literals(name, layout.after_name)) if p)
+    rules.insert(0, f"call_{index}: {' '.join([head, *body, _token(CALL_CLOSE)])}")
     return rules
 
 
@@ -123,7 +137,7 @@ def glm_tool_call_grammar(
             start,
             "tool_call: " + " | ".join(f"call_{i}" for i in range(len(names))),
             *rules,
-            f"arg_free: {_argument('FREE_KEY', 'FREE_TEXT', layout)}",
+            f"arg_free: {_argument('FREE_KEY', f'FREE_TEXT {_token(VALUE_CLOSE)}', layout)}",
             f"FREE_TEXT: {_FREE_TEXT}",
             f"FREE_KEY: {_FREE_KEY}",
             "",

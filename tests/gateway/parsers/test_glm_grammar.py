@@ -1,11 +1,14 @@
 """The forced-call grammar, checked with llguidance (the pinned engine's default backend).
 
-A byte-level tokenizer stands in for GLM's: the grammar is about text, and every text is a
-sequence of bytes.
+A byte-level tokenizer with GLM's markup markers as added tokens stands in for GLM's: the
+model writes each marker as one token, and llguidance treats every added token as special,
+so the grammar must name them as tokens. (A bytes-only tokenizer here once hid that the
+grammar spelled them as text: the real engine refused every forced call's first token.)
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import pytest
@@ -13,6 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.parsers.glm_grammar import GLM45_LAYOUT, GLM47_LAYOUT, GlmConstraintBuilder
+from gateway.parsers.glm_markup import (
+    CALL_CLOSE,
+    CALL_OPEN,
+    KEY_CLOSE,
+    KEY_OPEN,
+    VALUE_CLOSE,
+    VALUE_OPEN,
+)
 from gateway.parsers.tools import ToolChoice, check_tool_calls, declared_functions
 from tests.gateway.parsers.strategies import ARGUMENTS
 from tests.gateway.parsers.support import TOOLS, canonical, parse, render_call
@@ -23,14 +34,25 @@ from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper  # noqa: E402
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
 
+_MARKERS = (CALL_OPEN, CALL_CLOSE, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE)
+_MARKER_IDS = {m.encode(): 257 + i for i, m in enumerate(_MARKERS)}
+_SPLIT = re.compile(b"(" + b"|".join(re.escape(m) for m in _MARKER_IDS) + b")")
+
+
 class _ByteTokenizer:
+    """Bytes, plus each markup marker as one added token, as a Hugging Face tokenizer splits
+    added tokens out of any text (values included)."""
+
     eos_token_id = 256
     bos_token_id = None
-    tokens: ClassVar[list[bytes]] = [bytes([i]) for i in range(256)] + [b"<eos>"]
-    special_token_ids: ClassVar[list[int]] = [256]
+    tokens: ClassVar[list[bytes]] = [bytes([i]) for i in range(256)] + [b"<eos>", *_MARKER_IDS]
+    special_token_ids: ClassVar[list[int]] = [256, *_MARKER_IDS.values()]
 
     def __call__(self, text: bytes) -> list[int]:
-        return list(text)
+        ids: list[int] = []
+        for piece in _SPLIT.split(text):
+            ids.extend([_MARKER_IDS[piece]] if piece in _MARKER_IDS else list(piece))
+        return ids
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +72,8 @@ def _ebnf(choice: Any, *, newlines: bool = False) -> str:
 def _accepts(tokenizer: Any, grammar: str, text: str) -> bool:
     # sglang-kt's llguidance backend compiles `ebnf` exactly this way.
     matcher = LLMatcher(tokenizer, llguidance.grammar_from("ebnf", grammar), log_level=0)
-    return bool(matcher.consume_tokens(list(text.encode()))) and matcher.is_accepting()
+    ids = _ByteTokenizer()(text.encode())
+    return bool(matcher.consume_tokens(ids)) and matcher.is_accepting()
 
 
 def test_auto_and_none_are_not_constrained() -> None:
@@ -77,7 +100,10 @@ def test_grammars_are_valid_for_llguidance(tokenizer: Any, newlines: bool) -> No
 @pytest.mark.parametrize(
     ("text", "accepted"),
     [
-        (render_call("get_weather", {"city": "a </b> <arg_value>", "days": 3}), True),
+        (render_call("get_weather", {"city": "a </b> <arg_val", "days": 3}), True),
+        # A marker inside a value is the marker token, which ends no value: the parser would
+        # read it as markup too.
+        (render_call("get_weather", {"city": "a <arg_value> b"}), False),
         (render_call("get_weather", {"city": "Oslo", "unit": "celsius"}), True),
         (render_call("ping", {}) + render_call("free", {"x": "1", "y": "z"}), True),
         (render_call("typed", {"maybe": None, "mode": 3, "config": {"depth": 1}}), True),
@@ -99,6 +125,15 @@ def test_named_forces_exactly_that_one_call(tokenizer: Any) -> None:
     assert _accepts(tokenizer, grammar, one)
     assert not _accepts(tokenizer, grammar, render_call("ping", {}))
     assert not _accepts(tokenizer, grammar, one + one)
+
+
+def test_markers_are_tokens_not_their_text(tokenizer: Any) -> None:
+    """The model emits `<tool_call>` as one token; its bytes spelled out are other tokens."""
+    text = render_call("ping", {})
+    spelled = list(text.encode())
+    matcher = LLMatcher(tokenizer, llguidance.grammar_from("ebnf", _ebnf("required")), log_level=0)
+    assert not (matcher.consume_tokens(spelled) and matcher.is_accepting())
+    assert _accepts(tokenizer, _ebnf("required"), text)
 
 
 def test_newline_layout(tokenizer: Any) -> None:
