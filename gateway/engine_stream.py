@@ -16,7 +16,13 @@ import httpx
 import orjson
 
 from gateway.engine_wire import WireError, WireReadTimeout, WireResponse
-from gateway.errors import UpstreamStreamError, UpstreamTimeoutError, context_error
+from gateway.errors import (
+    EngineRefusalError,
+    GatewayError,
+    UpstreamStreamError,
+    UpstreamTimeoutError,
+    context_error,
+)
 
 
 @dataclass(slots=True)
@@ -98,6 +104,35 @@ class EngineStream:
             self._wire.deadline = self._next_deadline
 
     _got_output = False
+    # The first read, started by `check_refusal` and taken by `events()`.
+    _first_read: asyncio.Future[bytes | None] | None = None
+    _chunks: AsyncIterator[bytes] | None = None
+
+    async def check_refusal(self, within_s: float) -> None:
+        """Raise the engine's refusal if it comes within `within_s`; else leave the stream be.
+
+        sglang-kt answers a streamed /generate with 200 at once and, when it refuses the
+        request (a prompt past the context, sampling values it rejects), sends the refusal
+        as the first event. Its checks run before the scheduler sees the request, so a
+        refusal comes in milliseconds; a prefill takes far longer. Waiting this long for the
+        first event, before the client is sent a status, turns a refusal into the face's
+        4xx instead of an error event inside a 200 stream (which clients do not read as
+        "the prompt is too long"). The read goes on in the background either way and
+        `events()` takes it: nothing is read twice or lost.
+        """
+        self._chunks = aiter(self._response)
+        first = asyncio.ensure_future(self._read(self._chunks))
+        self._first_read = first
+        done, _ = await asyncio.wait({first}, timeout=within_s)
+        if not done or first.exception() is not None:
+            return  # still prefilling, or a failure `events()` reports as usual
+        chunk = first.result()
+        head = chunk.split(b"\n\n", 1)[0] if chunk else b""
+        if b'"error"' in head[:48]:
+            try:
+                self._decode(head)
+            except UpstreamStreamError:
+                return  # an engine fault: `events()` reports it, where it belongs
 
     def _timeout_error(self) -> UpstreamTimeoutError:
         """One of our deadlines passed: first-token before any output, idle after it."""
@@ -139,11 +174,17 @@ class EngineStream:
         deadline = self._deadline
         return deadline is not None and asyncio.get_running_loop().time() >= deadline - 0.05
 
+    async def _next(self, chunks: AsyncIterator[bytes]) -> bytes | None:
+        first, self._first_read = self._first_read, None
+        if first is not None:
+            return await first
+        return await self._read(chunks)
+
     async def events(self) -> AsyncIterator[EngineEvent]:
         buf = bytearray()
-        chunks = aiter(self._response)
+        chunks = self._chunks if self._chunks is not None else aiter(self._response)
         try:
-            while (chunk := await self._read(chunks)) is not None:
+            while (chunk := await self._next(chunks)) is not None:
                 if (
                     not buf
                     and chunk.startswith(b"data: {")
@@ -216,6 +257,13 @@ class EngineStream:
                     return
                 if len(buf) > self._max_event_bytes:
                     raise UpstreamStreamError("The engine sent an event larger than allowed.")
+        except EngineRefusalError as exc:
+            if self._got_output:
+                # Nothing a client sent is refused once generation has begun.
+                raise UpstreamStreamError(
+                    f"The engine reported an error: {exc.engine_message}"
+                ) from exc
+            raise
         except TimeoutError as exc:
             raise self._timeout_error() from exc  # httpx path: asyncio.timeout_at in _read
         except (httpx.TimeoutException, WireReadTimeout) as exc:
@@ -265,11 +313,7 @@ class EngineStream:
             raise UpstreamStreamError("The engine sent an event that is not a JSON object.")
         error = obj.get("error")
         if error is not None:
-            message = error.get("message") if isinstance(error, dict) else str(error)
-            # SGLang refuses a prompt that does not fit in-stream, before any output.
-            raise context_error(str(message)) or UpstreamStreamError(
-                f"The engine reported an error: {message}"
-            )
+            raise _stream_error(error)
         text = obj.get("text")
         meta = obj.get("meta_info")
         return EngineEvent(
@@ -277,7 +321,30 @@ class EngineStream:
         )
 
     async def aclose(self) -> None:
+        first, self._first_read = self._first_read, None
+        if first is not None and not first.done():
+            first.cancel()
+            await asyncio.gather(first, return_exceptions=True)
         await self._response.aclose()
+
+
+def _stream_error(error: object) -> GatewayError:
+    """What an in-stream `{"error": ...}` event means.
+
+    sglang-kt sends one in place of the whole stream when it refuses the request: its
+    /generate turns a ValueError (sampling params it rejects, a prompt longer than the
+    context) into this event under a 200 stream, where the same request unstreamed is an
+    HTTP 400 (entrypoints/http_server.py). So the event is the client's fault unless it says
+    otherwise with a 5xx `code` (as the simulator's injected engine faults do), or it comes
+    after output (`EngineStream.events` turns those into engine faults: sglang-kt validates
+    before it generates).
+    """
+    details = error if isinstance(error, dict) else {}
+    message = str(details.get("message") if details else error)
+    code = details.get("code")
+    if isinstance(code, int) and not isinstance(code, bool) and code >= 500:
+        return UpstreamStreamError(f"The engine reported an error: {message}")
+    return context_error(message) or EngineRefusalError(message)
 
 
 _OUTPUT_IDS = b',"output_ids":['

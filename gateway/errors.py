@@ -50,6 +50,17 @@ class InvalidRequestError(GatewayError):
     error_type = "invalid_request_error"
 
 
+class EngineRefusalError(InvalidRequestError):
+    """The engine refused the request as sent (a 400 of its own, or sglang-kt's in-stream
+    error event before any output): the client's fault, never the replica's."""
+
+    default_code = "engine_rejected_request"
+
+    def __init__(self, engine_message: str) -> None:
+        super().__init__(f"The engine rejected the request: {engine_message}")
+        self.engine_message = engine_message
+
+
 class TemplateInputError(InvalidRequestError):
     """The chat template rejected the conversation (raise_exception, bad types, bad ids)."""
 

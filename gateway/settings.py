@@ -100,6 +100,11 @@ class UpstreamSettings(_Section):
     # abort_request and health probes use their own small client so a full pool never delays them.
     control_max_connections: int = Field(default=32, gt=0)
     abort_timeout_s: float = Field(default=1.0, gt=0)
+    # How long a streamed request waits for the engine's first event before the client gets
+    # its status (gateway.engine_stream.check_refusal): sglang-kt refuses in-stream within
+    # milliseconds, and a refusal seen in time is the face's 4xx. A prefill that runs longer
+    # is not slowed down: its first token still goes out the moment it comes.
+    refusal_wait_s: float = Field(default=0.25, ge=0, le=5)
     # POST /tokenize (count_tokens), on the control client: the whole exchange. SGLang encodes
     # on its HTTP process's event loop, so a busy engine answers late; a long prompt's count
     # never needs minutes, unlike a prefill.
@@ -212,6 +217,9 @@ class RoutingSettings(_Section):
     # engine that keeps superseded checkpoints as long as the latest ones.
     checkpoints_per_session: float = Field(default=1.0, ge=1.0)
     server_info_path: str = "/server_info"
+    # Read with /server_info: `has_image_understanding` false (a text-only model) makes the
+    # media stage refuse images with a 400, where the engine would drop them silently.
+    model_info_path: str = "/model_info"
     # A failing /health from a replica with requests open here is a long prefill, not an
     # outage, for this long (SGLang's /health answers 503 during long CPU prefills).
     busy_probe_grace_s: float = Field(default=600.0, ge=0)

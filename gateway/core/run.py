@@ -96,7 +96,8 @@ class Run:
             await self._client_gone()
             return Response(status_code=499)
         except GatewayError as exc:
-            self._outcome = Outcome.UPSTREAM_ERROR
+            # An engine's 4xx (its refusal of this request) is the client's, not the replica's.
+            self._outcome = Outcome.REJECTED if exc.status_code < 500 else Outcome.UPSTREAM_ERROR
             self._record.finish(exc.status_code, error_kind=error_kind(exc))
             raise
         finally:
@@ -150,6 +151,12 @@ class Run:
             tools=request.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
         )
         engine = await self._open(ctx, body)
+        if request.stream:
+            try:
+                await engine.check_refusal(state.settings.upstream.refusal_wait_s)
+            except GatewayError:
+                await engine.aclose()
+                raise
         record.mark("upstream_first_byte")
         self._relay = Relay(
             engine=engine,

@@ -33,6 +33,9 @@ class Script:
     send_done: bool = True
     # Everything in one network chunk, as a busy engine's events arrive together.
     one_chunk: bool = False
+    # sglang-kt's refusal of a streamed request: 200, this as the only event, [DONE]
+    # (its /generate turns a ValueError into an in-stream error).
+    refusal: str | None = None
 
 
 @dataclass
@@ -77,6 +80,10 @@ class FakeEngine:
         yield b"".join([chunk async for chunk in self._events(rid, script)])
 
     async def _events(self, rid: str, script: Script) -> AsyncIterator[bytes]:
+        if script.refusal is not None:
+            yield b"data: " + orjson.dumps({"error": {"message": script.refusal}}) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+            return
         texts = script.cumulative
         if texts is None:
             texts, text = [], ""

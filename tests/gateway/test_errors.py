@@ -116,6 +116,54 @@ async def test_in_stream_error_event_then_done(
     assert "engine fault" in last["error"]["message"]
 
 
+TOP_K = "top_k must be -1 (disable) or at least 1, got 0."
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", chat_body(stream=True)),
+        (
+            "/v1/messages",
+            {
+                "model": "glm-5.3-flash",
+                "max_tokens": 8,
+                "stream": True,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        ),
+        ("/v1/responses", {"model": "glm-5.3-flash", "input": "hi", "stream": True}),
+    ],
+    ids=["chat", "messages", "responses"],
+)
+async def test_a_streamed_refusal_is_the_faces_400_and_not_the_replicas_fault(
+    client: httpx.AsyncClient, engine: FakeEngine, path: str, body: dict[str, Any]
+) -> None:
+    """sglang-kt refuses a streamed request in the stream (200, an error event, [DONE]); the
+    client gets its face's 400 with the engine's words, and the replica stays trusted."""
+    engine.script = Script(refusal=TOP_K)
+    for _ in range(8):  # past the breaker's threshold, were refusals counted
+        response = await client.post(path, json=body)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert TOP_K in error["message"]
+        assert error["type"] == "invalid_request_error"
+    engine.script = Script()
+    served = await client.post(path, json=body)
+    assert served.status_code == 200, served.text
+
+
+async def test_a_refusal_after_output_is_an_engine_fault(
+    client: httpx.AsyncClient, engine: FakeEngine
+) -> None:
+    """sglang-kt validates before it generates: an error after tokens is the engine's."""
+    engine.script = Script(error_after=1)
+    response = await client.post("/v1/chat/completions", json=chat_body(stream=True))
+    assert response.status_code == 200
+    last = [e for e in response.text.split("\n\n") if e][-2]
+    assert orjson.loads(last.removeprefix("data: "))["error"]["type"] != "invalid_request_error"
+
+
 async def test_engine_abort_is_error_event(client: httpx.AsyncClient, engine: FakeEngine) -> None:
     engine.script = Script(finish={"type": "abort", "message": "out of memory"})
     response = await client.post("/v1/chat/completions", json=chat_body(stream=True))
