@@ -150,7 +150,12 @@ def _follow_engine_image_bounds(state: AppState) -> None:
     replicas = [r for r in state.picker.replicas if not r.gone]
     pixels = [r.image_max_pixels for r in replicas if r.image_max_pixels]
     limits = [r.max_images for r in replicas if r.max_images]
-    state.media.engine_bounds(min(pixels, default=None), min(limits, default=None))
+    reported = [r.accepts_images for r in replicas if r.accepts_images is not None]
+    state.media.engine_bounds(
+        min(pixels, default=None),
+        min(limits, default=None),
+        accepts_images=not reported or any(reported),
+    )
 
 
 def _reasoning_codec(settings: Settings) -> ReasoningCodec:

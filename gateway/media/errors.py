@@ -12,6 +12,7 @@ from typing import Literal
 from gateway.errors import InvalidRequestError
 
 Reason = Literal[
+    "images_not_supported",  # the engines' model is text-only (/model_info)
     "too_many_images",  # more images than media.max_images (the engine's 8)
     "unsupported_image_source",  # file:, a bare path, raw base64, ftp: ... (only data: / http(s))
     "malformed_image_url",  # an http(s) URL that does not parse, has no host, or has userinfo

@@ -78,6 +78,7 @@ class MediaResolver:
         # Decoded pixels are the memory cost: this bounds how many images hold them at once.
         self._check_slots = asyncio.Semaphore(settings.max_concurrent_checks)
         self._max_images = settings.max_images
+        self._accepts_images = True
         self._fetcher = RemoteFetcher(
             settings.remote,
             max_image_bytes=settings.max_image_bytes,
@@ -107,10 +108,14 @@ class MediaResolver:
     async def aclose(self) -> None:
         await self._fetcher.aclose()
 
-    def engine_bounds(self, max_pixels: int | None, max_images: int | None) -> None:
+    def engine_bounds(
+        self, max_pixels: int | None, max_images: int | None, *, accepts_images: bool = True
+    ) -> None:
         """What the engines report (their /server_info): the token estimate follows their
         max_pixels, and no more images are taken than every engine accepts. None: the
-        configured value (media.engine_max_pixels, media.max_images)."""
+        configured value (media.engine_max_pixels, media.max_images). `accepts_images`
+        false (every engine's /model_info says its model has no vision): no image at all."""
+        self._accepts_images = accepts_images
         pixels = max_pixels or self._settings.engine_max_pixels
         if pixels != self._policy.engine_max_pixels:
             log.info("engine image max_pixels is %d: image token estimates follow it", pixels)
@@ -118,6 +123,15 @@ class MediaResolver:
         self._max_images = min(max_images or self._settings.max_images, self._settings.max_images)
 
     async def _resolve(self, refs: Sequence[ImageRef]) -> list[_Resolved]:
+        if not self._accepts_images:
+            # A text-only engine takes `image_data` and ignores it: the answer would come
+            # without the image ever being seen.
+            raise MediaError(
+                "images_not_supported",
+                refs[0].where,
+                "the served model takes no images (its engine reports no image "
+                "understanding): send the request as text only.",
+            )
         limit = self._max_images
         if len(refs) > limit:
             raise MediaError(

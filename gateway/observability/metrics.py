@@ -65,9 +65,9 @@ MEDIA_SOURCES = ("data", "url")
 # flashbox_media_rejected_total{reason}: one per refused request. Each reason is also the error
 # code the client sees (gateway/media/errors.py types them; a test keeps the two equal).
 MEDIA_REJECT_REASONS = (
-    "too_many_images", "unsupported_image_source", "malformed_image_url", "malformed_data_url",
-    "invalid_base64", "unsupported_image_type", "unsupported_image_format", "image_too_large",
-    "media_request_too_large", "image_too_many_pixels", "image_aspect_ratio",
+    "images_not_supported", "too_many_images", "unsupported_image_source", "malformed_image_url",
+    "malformed_data_url", "invalid_base64", "unsupported_image_type", "unsupported_image_format",
+    "image_too_large", "media_request_too_large", "image_too_many_pixels", "image_aspect_ratio",
     "image_tokens_exceeded", "bad_image", "remote_images_disabled", "image_host_not_allowed",
     "insecure_image_url", "image_address_denied", "image_redirect_denied", "image_fetch_timeout",
     "image_fetch_failed",

@@ -59,6 +59,7 @@ def build_routing(
         settings.health,
         replica_changed,
         server_info_path=settings.routing.server_info_path,
+        model_info_path=settings.routing.model_info_path,
         busy_grace_s=settings.routing.busy_probe_grace_s,
     )
     return picker, prober

@@ -35,11 +35,13 @@ class HealthProber:
         on_change: Callable[[Replica], None],
         server_info_path: str | None = None,
         busy_grace_s: float = 0.0,
+        model_info_path: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         # Kept by reference: replicas added later (discovery) are probed too.
         self._replicas = replicas
         self._server_info_path = server_info_path
+        self._model_info_path = model_info_path
         self._busy_grace_s = busy_grace_s
         self._clock = clock
         self._client = client
@@ -104,8 +106,22 @@ class HealthProber:
         replica.max_images = _positive(
             _json_field(info.get("limit_mm_data_per_request")).get("image")
         )
+        if self._model_info_path is not None:
+            replica.accepts_images = await self._accepts_images(replica, self._model_info_path)
         if self.on_info is not None:
             self.on_info()
+
+    async def _accepts_images(self, replica: Replica, path: str) -> bool | None:
+        """/model_info's `has_image_understanding` (None: unknown, images are not refused)."""
+        try:
+            response = await self._client.get(
+                replica.base_url + path, timeout=self._settings.timeout_s
+            )
+            info: Any = response.json() if response.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            return None
+        value = info.get("has_image_understanding") if isinstance(info, dict) else None
+        return value if isinstance(value, bool) else None
 
     def record(self, replica: Replica, ok: bool, *, refused: bool = False) -> None:
         was = replica.healthy

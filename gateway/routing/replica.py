@@ -35,6 +35,8 @@ class Replica:
     # The engine's image bounds (its --mm-process-config and --limit-mm-data-per-request).
     image_max_pixels: int | None = None
     max_images: int | None = None
+    # /model_info's has_image_understanding (None: not reported).
+    accepts_images: bool | None = None
     info_loaded: bool = field(default=False, repr=False)
     # Since when /health has failed while requests were open here (a long prefill); None: not.
     busy_since: float | None = field(default=None, repr=False)

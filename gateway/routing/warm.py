@@ -43,6 +43,18 @@ from gateway.settings import RoutingSettings
 log = logging.getLogger("gateway.routing.warm")
 
 
+def warm_body(text: str, tokens: int) -> dict[str, Any]:
+    """The /generate body that prefills a head and generates nothing: `max_new_tokens` 0 is
+    SGLang's own way to fill its cache (sglang-kt answers finish_reason length 0), and the
+    head field makes the patched engine save a checkpoint where the head ends."""
+    return {
+        "text": text,
+        "sampling_params": {"max_new_tokens": 0, "custom_params": {HEAD_TOKENS_PARAM: tokens}},
+        "stream": True,
+        "rid": "warm-" + secrets.token_hex(8),
+    }
+
+
 class HeadHolders(Protocol):
     """What the warmer asks of routing (gateway.routing.affinity.AffinityPicker)."""
 
@@ -158,15 +170,7 @@ class HeadWarmer:
                     time.monotonic() + self._settings.head_idle_ttl_s
                 )
                 return
-            body = {
-                "text": head.text,
-                "sampling_params": {
-                    "max_new_tokens": 0,
-                    "custom_params": {HEAD_TOKENS_PARAM: head.tokens},
-                },
-                "stream": True,
-                "rid": "warm-" + secrets.token_hex(8),
-            }
+            body = warm_body(head.text, head.tokens)
             started = time.perf_counter()
             try:
                 meta = await self._prefill(replica, body)

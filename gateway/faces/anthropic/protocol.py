@@ -137,7 +137,8 @@ class MessagesRequest(_Model):
     stop_sequences: list[StrictStr] | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=0)
+    # sglang-kt refuses top_k 0 (and keeps the refused request's state): at least 1 here.
+    top_k: int | None = Field(default=None, ge=1)
     metadata: Metadata | None = None
     stream: StrictBool = False
 

@@ -191,6 +191,9 @@ def _core(
         body_bytes=body_bytes,
         custom_params=extra.get("custom_params"),
         images=images,
+        # No max_tokens: as much as the context leaves, not the default past it (the real
+        # engine refuses prompt + default_max_tokens beyond its context outright).
+        clamp_max_tokens=request.requested_max_tokens is None,
     )
 
 

@@ -168,9 +168,11 @@ class ChatCompletionRequest(_Model):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    # The engine's own ranges (sglang-kt's SamplingParams.verify): checked here because the
+    # engine keeps the state of every request it refuses (docs/engine-cpu.md).
     top_k: int | None = None
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
     stop: StrictStr | list[StrictStr] | None = None
     seed: int | None = None
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
@@ -196,3 +198,10 @@ class ChatCompletionRequest(_Model):
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, value: int | None) -> int | None:
+        if value is not None and value != -1 and value < 1:
+            raise ValueError("top_k must be -1 (no limit) or at least 1")
+        return value

@@ -97,6 +97,20 @@ async def test_too_many_images_is_refused_before_any_work() -> None:
     await _refused("too_many_images", _resolver(max_images=2), _refs(url, url, url))
 
 
+async def test_a_text_only_engine_takes_no_image() -> None:
+    """Every engine reports a model without vision: the first image is a 400 naming it."""
+    metrics = Metrics(process_metrics=False)
+    url = images.data_url(images.png(8, 8))
+    resolver = _resolver(metrics)
+    resolver.engine_bounds(None, None, accepts_images=False)
+    error = await _refused("images_not_supported", resolver, _refs(url, url))
+    assert error.param == "messages.0.content.0"
+    assert "text only" in error.message
+    assert _count(metrics, "flashbox_media_rejected_total", reason="images_not_supported") == 1
+    resolver.engine_bounds(None, None, accepts_images=True)
+    assert len(await resolver.resolve(_refs(url))) == 1
+
+
 async def test_byte_caps_count_decoded_bytes_before_decoding() -> None:
     # 2,000,027 decoded bytes of a payload that is not even valid base64 at its end: the size
     # is known from the length, so the cap answers first.

@@ -66,3 +66,29 @@ async def test_server_info_sizes_the_replica() -> None:
     assert replica.healthy
     assert (replica.checkpoint_slots, replica.track_interval) == (64, 128)
     assert replica.max_running_requests == 8
+
+
+async def test_model_info_tells_a_text_only_model() -> None:
+    """sglang-kt's /model_info says whether the model sees images; without vision it takes
+    `image_data` and ignores it, so the gateway has to know (tests/e2e/test_engine_protocol)."""
+    seen: dict[str, bool | None] = {}
+    for vision in (False, True, None):
+        replica = Replica.from_url(f"http://vision-{vision}:1")
+
+        def answer(request: httpx.Request, vision: bool | None = vision) -> httpx.Response:
+            if request.url.path == "/model_info":
+                return httpx.Response(200, json={"has_image_understanding": vision})
+            return httpx.Response(200, json={})
+
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+            prober = HealthProber(
+                [replica],
+                client,
+                HealthSettings(),
+                lambda r: None,
+                server_info_path="/server_info",
+                model_info_path="/model_info",
+            )
+            await prober.probe_all()
+        seen[str(vision)] = replica.accepts_images
+    assert seen == {"False": False, "True": True, "None": None}
