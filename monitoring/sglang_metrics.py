@@ -1,5 +1,9 @@
 """The metrics SGLang exports (FACTS.md section 5), under the colon names it really uses.
 
+Checked against the real sglang-kt 0.7.2 server (tests/e2e/test_wire_diff.py): it has no
+`sglang:num_aborted_requests_total`, which FACTS.md lists; the simulator keeps exporting it
+for its own tests, and no dashboard reads it.
+
 The engine dashboard may only query these; the simulator must export them (a test checks both).
 Labels include `model_name`.
 """
@@ -25,7 +29,6 @@ COUNTERS = (
     "sglang:generation_tokens_total",
     "sglang:cached_tokens_total",
     "sglang:num_requests_total",
-    "sglang:num_aborted_requests_total",
 )
 
 

@@ -13,7 +13,7 @@ from engine.sim.media import check_media, load_images
 from engine.sim.metrics import SimMetrics
 from engine.sim.output import CONTENT_WORDS, OutputControls, plan_output, words
 from engine.sim.perf import PerfModel
-from engine.sim.requests import GenerateParams, SimRequestError
+from engine.sim.requests import GenerateParams, SimRefusal
 from engine.sim.scheduler import Scheduler
 from engine.sim.settings import SimSettings
 from engine.sim.state import SimRequest
@@ -113,14 +113,14 @@ class SimEngine:
         context = profile.context_length
         if prompt.count >= context:
             # SGLang's wording (tokenizer_manager._validate_one_request in sglang-kt 0.7.2).
-            raise SimRequestError(
+            raise SimRefusal(
                 f"The input ({prompt.count} tokens) is longer than the model's context length "
                 f"({context} tokens).",
                 "text",
             )
         if prompt.count + params.max_new_tokens >= context:
             total = prompt.count + params.max_new_tokens
-            raise SimRequestError(
+            raise SimRefusal(
                 "Requested token count exceeds the model's maximum context length of "
                 f"{context} tokens. You requested a total of {total} tokens: {prompt.count} "
                 f"tokens from the input messages and {params.max_new_tokens} tokens for the "

@@ -107,6 +107,9 @@ async def server_info(request: Request) -> Response:
             "model_path": p.model_path,
             "served_model_name": p.served_model_name,
             "context_length": p.context_length,
+            # As sglang-kt's TpModelWorker derives them (the KV pool is the profile's).
+            "max_total_num_tokens": p.max_total_tokens,
+            "max_req_input_len": min(p.context_length - 1, p.max_total_tokens - 1) - 5,
             "max_running_requests": p.max_running_requests,
             "max_queued_requests": p.max_queued_requests,
             "chunked_prefill_size": p.prefill_batch_tokens,

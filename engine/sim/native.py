@@ -174,7 +174,12 @@ def _engine_value_error(exc: MediaValueError, stream: bool) -> Response:
     """As SGLang's /generate answers a ValueError: a 400, or in the stream after its 200."""
     if not stream:
         return error_response(exc.status, exc.message, "invalid_request_error", exc.param)
-    body = sse({"error": {"message": exc.message}}) + DONE
+    return _in_stream_refusal(exc.message)
+
+
+def _in_stream_refusal(message: str) -> Response:
+    """sglang-kt's streamed answer to a ValueError: 200, one error event, [DONE]."""
+    body = sse({"error": {"message": message}}) + DONE
     return Response(body, 200, headers={k.decode(): v.decode() for k, v in SSE_HEADERS})
 
 
@@ -195,11 +200,12 @@ def _load_failure(exc: ImageLoadError, stream: bool) -> Response | WatchedRespon
 async def generate(request: Request) -> Response | WatchedResponse:
     engine: SimEngine = request.app.state.engine
     params: GenerateParams | None = None
+    streamed = False
     try:
+        body = await read_json(request, engine)
+        streamed = isinstance(body, dict) and body.get("stream") is True
         params = parse_generate(
-            await read_json(request, engine),
-            request.headers.get("x-sim-fault"),
-            request.headers.get("x-request-id"),
+            body, request.headers.get("x-sim-fault"), request.headers.get("x-request-id")
         )
         req = engine.create_request(params, await engine.load_images(params))
         if req.fault is not None and req.fault.kind is FaultKind.UNAVAILABLE:
@@ -212,6 +218,15 @@ async def generate(request: Request) -> Response | WatchedResponse:
     except ImageLoadError as exc:
         return _load_failure(exc, params is not None and params.stream)
     except SimRequestError as exc:
+        if exc.in_stream:
+            if streamed:
+                return _in_stream_refusal(exc.message)
+            # sglang-kt's non-streamed ValueError answer: the message alone.
+            return Response(
+                orjson.dumps({"error": {"message": exc.message}}),
+                exc.status,
+                media_type="application/json",
+            )
         return error_response(exc.status, exc.message, "invalid_request_error", exc.param)
     except QueueFullError as exc:
         return error_response(503, str(exc), "server_error", headers={"retry-after": "1"})

@@ -91,3 +91,38 @@ def test_body_and_context_bounds() -> None:
         assert httpx.get(proc.url + "/health").status_code == 200
     finally:
         proc.stop()
+
+
+REFUSED: list[tuple[str, dict[str, Any], str]] = [
+    ("top_k 0", {"top_k": 0, "temperature": 1}, "top_k must be -1 (disable) or at least 1"),
+    ("top_p 0", {"top_p": 0}, "top_p must be in (0, 1]"),
+    ("min_p 2", {"min_p": 2}, "min_p must be in [0, 1]"),
+    ("negative temperature", {"temperature": -1}, "temperature must be non-negative"),
+    ("repetition 3", {"repetition_penalty": 3}, "repetition_penalty must be in [0, 2]"),
+]
+
+
+@pytest.mark.parametrize(("case", "sampling", "words"), REFUSED, ids=[c for c, _, _ in REFUSED])
+def test_refusals_are_sglang_kts_in_both_forms(
+    sim: Proc, case: str, sampling: dict[str, Any], words: str
+) -> None:
+    """As sglang-kt 0.7.2 answers what SamplingParams.verify rejects (the real server showed
+    it): unstreamed a 400 with the message alone; streamed a 200 whose one event is the
+    error, then [DONE] (docs/simulator.md, "Wire diff")."""
+    body = {"text": "a", "sampling_params": {"max_new_tokens": 4, **sampling}}
+    plain = httpx.post(sim.url + "/generate", json=body, timeout=10)
+    assert plain.status_code == 400, (case, plain.text)
+    assert plain.json() == {"error": {"message": plain.json()["error"]["message"]}}
+    assert words in plain.json()["error"]["message"]
+    streamed = httpx.post(sim.url + "/generate", json={**body, "stream": True}, timeout=10)
+    assert streamed.status_code == 200
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    events = [e for e in streamed.text.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    assert len(events) == 2
+    assert words in events[0]
+
+
+def test_temperature_0_is_greedy_before_top_k_is_checked(sim: Proc) -> None:
+    body = {"text": "a", "sampling_params": {"max_new_tokens": 2, "temperature": 0, "top_k": 0}}
+    assert httpx.post(sim.url + "/generate", json=body, timeout=10).status_code == 200
