@@ -111,7 +111,11 @@ def running(
 
 
 def start_sim(
-    *extra: str, name: str = "sim", time_scale: float = 0.001, as_launched: bool = False
+    *extra: str,
+    name: str = "sim",
+    time_scale: float = 0.001,
+    as_launched: bool = False,
+    port: int | None = None,
 ) -> Proc:
     """A simulated engine replica (contract: DESIGN.md). `as_launched` adds the flags the
     engine launcher sets that the simulator models (--stream-output); without it the
@@ -131,6 +135,7 @@ def start_sim(
             *flags,
             *extra,
         ],
+        port=port,
     )
 
 

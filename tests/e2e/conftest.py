@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support.engines import Engine, selected_kinds, start_engine
 from tests.support.procs import Proc, start_gateway, start_sim
 
 MODEL = "glm-5.3-flash"
@@ -96,3 +97,31 @@ def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return condition()
+
+
+def engine_gateway_env(engine: Engine, **extra: str) -> dict[str, str]:
+    """GATEWAY_ENV for a gateway in front of `engine`: the simulator's knobs travel only to
+    the simulator (the real engine would ignore them, but the suites assert that nothing the
+    gateway sends is a field the engine does not know)."""
+    forward = "true" if engine.is_sim else "false"
+    return {**GATEWAY_ENV, "FLASHBOX_UPSTREAM__FORWARD_CUSTOM_PARAMS": forward, **extra}
+
+
+@pytest.fixture(scope="session", params=selected_kinds())
+def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    """The engine the engine-generic suites run over: the simulator, and under
+    `make test-engine` the real sglang-kt server on this CPU (tests/support/engines.py)."""
+    started = start_engine(request.param)
+    try:
+        yield started
+    finally:
+        started.proc.stop()
+
+
+@pytest.fixture(scope="session")
+def engine_gateway(engine: Engine) -> Iterator[Proc]:
+    proc = start_gateway([engine.url], env=engine_gateway_env(engine))
+    try:
+        yield proc
+    finally:
+        proc.stop()

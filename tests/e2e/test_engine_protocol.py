@@ -1,0 +1,575 @@
+"""The gateway over an engine, whichever it is: the simulator, or the real sglang-kt server on
+this CPU (`make test-engine`). One parametrized fixture (`engine`, tests/e2e/conftest.py).
+
+The real engine's tiny model has random weights: its tokens say nothing, so these tests check
+the protocol (status, event grammar, finish reasons, usage, cached tokens, errors in each
+face's shape), never the content. Where the two engines may differ, the test says why.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+from PIL import Image
+
+from gateway.core.heads import HEAD_TOKENS_PARAM
+from gateway.routing.warm import warm_body
+from tests.e2e.conftest import MODEL, client_for, engine_gateway_env, wait_for
+from tests.support import anthropic_events, responses_events
+from tests.support.engines import Engine, start_engine
+from tests.support.procs import Proc, free_port, start_gateway
+
+# A real CPU engine answers in seconds, but a loaded 2-core CI box is slow to start one.
+pytestmark = pytest.mark.timeout(600)
+
+FINISHES = {"stop", "length", "tool_calls"}
+READ_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "read",
+        "description": "Read a file.",
+        "parameters": {
+            "type": "object",
+            # Enums: a grammar-forced call is then complete and valid even from random weights.
+            "properties": {"path": {"enum": ["a.py", "b.py"]}, "lines": {"enum": [1, 2]}},
+            "required": ["path", "lines"],
+        },
+    },
+}
+ANTHROPIC_READ_TOOL = {
+    "name": "read",
+    "description": "Read a file.",
+    "input_schema": READ_TOOL["function"]["parameters"],  # type: ignore[index]
+}
+
+
+@pytest.fixture
+def client(engine_gateway: Proc) -> Iterator[openai.OpenAI]:
+    with client_for(engine_gateway) as c:
+        yield c
+
+
+@pytest.fixture
+def claude(engine_gateway: Proc) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=engine_gateway.url, api_key="unused", max_retries=0) as c:
+        yield c
+
+
+def _user(text: str) -> Any:
+    """One user message (typed loosely: it goes to three SDKs' message types)."""
+    return [{"role": "user", "content": text}]
+
+
+# ------------------------------------------------------------------------ the three faces
+
+
+def test_chat_streamed_and_not(engine: Engine, client: openai.OpenAI) -> None:
+    steer = engine.steer(reasoning_tokens=4, content_tokens=6)
+    one = client.chat.completions.create(
+        model=MODEL, messages=_user("Say something."), max_tokens=16, extra_body=steer
+    )
+    choice = one.choices[0]
+    assert choice.finish_reason in FINISHES
+    assert one.usage is not None
+    assert one.usage.prompt_tokens > 0
+    assert 0 < one.usage.completion_tokens <= 16
+    if choice.finish_reason == "length":
+        assert one.usage.completion_tokens == 16
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=_user("Say something."),
+            max_tokens=16,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=dict(steer),
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] in FINISHES
+    assert all(f is None for f in finishes[:-1])
+    usage = chunks[-1].usage
+    assert usage is not None
+    assert 0 < usage.completion_tokens <= 16
+    assert usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens is not None
+
+
+def test_messages_streamed_and_not(
+    engine: Engine, engine_gateway: Proc, claude: anthropic.Anthropic
+) -> None:
+    steer = engine.steer(reasoning_tokens=4, content_tokens=6)
+    message = claude.messages.create(
+        model=MODEL,
+        max_tokens=16,
+        messages=_user("Hi"),
+        extra_body=steer,
+    )
+    assert message.stop_reason in {"end_turn", "max_tokens", "stop_sequence", "tool_use"}
+    assert 0 < message.usage.output_tokens <= 16
+    body = {"model": MODEL, "max_tokens": 16, "messages": _user("Hi"), "stream": True, **steer}
+    raw = httpx.post(engine_gateway.url + "/v1/messages", json=body, timeout=120)
+    assert raw.status_code == 200, raw.text
+    folded = anthropic_events.check_stream(anthropic_events.parse_sse(raw.content))
+    assert folded["stop_reason"] in anthropic_events.STOP_REASONS
+    assert 0 < folded["usage"]["output_tokens"] <= 16
+
+
+def test_responses_streamed_and_not(
+    engine: Engine, engine_gateway: Proc, client: openai.OpenAI
+) -> None:
+    steer = engine.steer(reasoning_tokens=4, content_tokens=6)
+    response = client.responses.create(
+        model=MODEL, input="Hi", max_output_tokens=16, extra_body=steer
+    )
+    assert response.status in {"completed", "incomplete"}
+    assert response.usage is not None
+    assert 0 < response.usage.output_tokens <= 16
+    body = {"model": MODEL, "input": "Hi", "max_output_tokens": 16, "stream": True, **steer}
+    raw = httpx.post(engine_gateway.url + "/v1/responses", json=body, timeout=120)
+    assert raw.status_code == 200, raw.text
+    responses_events.check_stream(responses_events.parse_sse(raw.content))
+
+
+# ------------------------------------------------------------- tools and reasoning on the wire
+
+
+def test_a_conversation_with_tools_reasoning_and_results_is_served(
+    engine: Engine, client: openai.OpenAI
+) -> None:
+    """Tools in the prompt, a past call with reasoning, its result: rendered and sent."""
+    messages: list[Any] = [
+        {"role": "system", "content": "You read files."},
+        {"role": "user", "content": "Read a.py"},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "The user wants a.py.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "read", "arguments": '{"path": "a.py", "lines": 1}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "print('hi')"},
+    ]
+    request: Any = {
+        "model": MODEL,
+        "messages": messages,
+        "tools": [READ_TOOL],
+        "max_tokens": 12,
+        "extra_body": engine.steer(content_tokens=4),
+    }
+    answer = client.chat.completions.create(**request)
+    assert answer.choices[0].finish_reason in FINISHES
+    chunks = [c for c in client.chat.completions.create(stream=True, **request) if c.choices]
+    assert chunks[-1].choices[0].finish_reason in FINISHES
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["collected", "streamed"])
+def test_a_forced_tool_call_is_a_valid_call(
+    engine: Engine, claude: anthropic.Anthropic, stream: bool
+) -> None:
+    """tool_choice any / a named tool with reasoning off: the engine's grammar (llguidance on
+    the real server) makes the call, whatever the weights; the gateway parses it back."""
+    for choice in ({"type": "tool", "name": "read"}, {"type": "any"}):
+        kwargs: dict[str, Any] = {
+            "model": MODEL,
+            "max_tokens": 48,
+            "messages": _user("Read a file."),
+            "tools": [ANTHROPIC_READ_TOOL],
+            "tool_choice": choice,
+            "thinking": {"type": "disabled"},
+        }
+        if stream:
+            with claude.messages.stream(**kwargs) as events:
+                message = events.get_final_message()
+        else:
+            message = claude.messages.create(**kwargs)
+        assert message.stop_reason == "tool_use", message
+        calls = [block for block in message.content if block.type == "tool_use"]
+        assert [call.name for call in calls][:1] == ["read"]
+        arguments = calls[0].input
+        assert isinstance(arguments, dict)
+        assert arguments.get("path") in {"a.py", "b.py"}
+        assert arguments.get("lines") in {1, 2}
+        # Nothing but the call and what the engine may add after it (no markup as text).
+        texts = "".join(b.text for b in message.content if b.type == "text")
+        assert "<tool_call>" not in texts
+        assert "<|endoftext|>" not in texts
+
+
+# ------------------------------------------------------------------------------- cache
+
+
+def test_cached_tokens_on_a_repeated_prefix(engine: Engine, client: openai.OpenAI) -> None:
+    """The same long prompt twice: the second is served from the engine's prefix cache, and
+    the gateway reports what the engine reports (the hybrid model: a recurrent-state
+    checkpoint at a chunk or track point; the dense model and the simulator: the radix tree)."""
+    history = "A fairly long shared context paragraph about the session. " * 120
+    messages: Any = _user(history)
+    usages = []
+    for _ in range(2):
+        answer = client.chat.completions.create(
+            model=MODEL,
+            messages=messages,
+            max_tokens=4,
+            extra_body=engine.steer(content_tokens=2),
+        )
+        usages.append(answer.usage)
+    second = usages[1]
+    assert second is not None
+    assert second.prompt_tokens_details is not None
+    cached = second.prompt_tokens_details.cached_tokens or 0
+    assert 0 < cached < second.prompt_tokens
+
+
+def test_a_session_restores_its_checkpoint_turn_after_turn(
+    engine: Engine, client: openai.OpenAI
+) -> None:
+    """Three turns of one session: each later turn is served from the checkpoint the one
+    before left (the hybrid model: the real MambaRadixCache's recurrent-state checkpoints),
+    and the gateway reports the engine's count."""
+    headers = {"x-session-id": f"turns-{engine.kind}"}
+    messages: list[Any] = _user("Here is the project we work on today. " * 60)
+    seen: list[tuple[int, int]] = []
+    for turn in range(3):
+        answer = client.chat.completions.create(
+            model=MODEL,
+            messages=messages,
+            max_tokens=24,
+            extra_headers=headers,
+            extra_body=engine.steer(reasoning_tokens=4, content_tokens=8),
+        )
+        usage = answer.usage
+        assert usage is not None
+        assert usage.prompt_tokens_details is not None
+        seen.append((usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens or 0))
+        message = answer.choices[0].message
+        reasoning = getattr(message, "reasoning_content", None) or ""
+        messages += [
+            {"role": "assistant", "content": message.content or "", "reasoning_content": reasoning},
+            {"role": "user", "content": f"Turn {turn + 2}: now the tests. " * 20},
+        ]
+    print(f"{engine.kind} (prompt_tokens, cached_tokens) per turn: {seen}")
+    for prompt, cached in seen[1:]:
+        assert 0 < cached < prompt
+    assert seen[2][1] >= seen[1][1]
+
+
+# ------------------------------------------------------------------------------- abort
+
+
+def test_a_client_that_goes_away_stops_the_engine(engine: Engine, engine_gateway: Proc) -> None:
+    before = engine.metric("sglang:generation_tokens_total")
+    body = {
+        "model": MODEL,
+        "messages": _user("Talk for a long time."),
+        "max_tokens": 6000,
+        "stream": True,
+        **engine.steer(content_tokens=6000),
+    }
+    with httpx.stream(
+        "POST", engine_gateway.url + "/v1/chat/completions", json=body, timeout=120
+    ) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        for _ in range(4):
+            next(lines)
+    # The gateway aborts the engine's request; nothing keeps running there.
+    assert wait_for(lambda: engine.metric("sglang:num_running_reqs") == 0, timeout=60)
+    generated = engine.metric("sglang:generation_tokens_total") - before
+    assert generated < 6000
+
+
+# ------------------------------------------------------------- warming and the head field
+
+
+def test_the_warm_request_and_the_head_field_are_accepted(engine: Engine) -> None:
+    """What the gateway's head warmer sends (max_new_tokens 0, the head field inside
+    sampling_params.custom_params), straight to the engine: prefilled, nothing generated."""
+    text = "[gMASK]<sop><|system|>You are a coding agent. " + "Tools and rules. " * 40
+    body = warm_body(text, 96)
+    with httpx.stream("POST", engine.url + "/generate", json=body, timeout=120) as response:
+        assert response.status_code == 200
+        events = [
+            json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")
+        ]
+    assert events, "no event"
+    assert "error" not in events[-1], events[-1]
+    meta = events[-1]["meta_info"]
+    assert meta["finish_reason"] == {"type": "length", "length": 0}
+    assert meta["completion_tokens"] == 0
+    assert meta["prompt_tokens"] > 96
+    # A turn that declares the head (as a routed turn does), with output.
+    turn = {
+        "text": text + "<|user|>hi<|assistant|><think>",
+        "sampling_params": {
+            "max_new_tokens": 4,
+            "custom_params": {HEAD_TOKENS_PARAM: 96},
+        },
+    }
+    answer = httpx.post(engine.url + "/generate", json=turn, timeout=120)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["meta_info"]["completion_tokens"] >= 1
+
+
+# -------------------------------------------------------------------------------- images
+
+
+def _png_data_url() -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def test_an_image_for_a_text_only_engine_is_a_400_before_the_engine(
+    engine: Engine, engine_gateway: Proc
+) -> None:
+    url = _png_data_url()
+    requests = {
+        "/v1/chat/completions": {
+            "model": MODEL,
+            "max_tokens": 4,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "What is this?"},
+                        {"type": "image_url", "image_url": {"url": url}},
+                    ],
+                }
+            ],
+        },
+        "/v1/messages": {
+            "model": MODEL,
+            "max_tokens": 4,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image",
+                            "source": {
+                                "type": "base64",
+                                "media_type": "image/png",
+                                "data": url.split(",", 1)[1],
+                            },
+                        },
+                        {"type": "text", "text": "What is this?"},
+                    ],
+                }
+            ],
+        },
+        "/v1/responses": {
+            "model": MODEL,
+            "max_output_tokens": 4,
+            "input": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": "What is this?"},
+                        {"type": "input_image", "image_url": url},
+                    ],
+                }
+            ],
+        },
+    }
+    served = engine.metric("sglang:num_requests_total")
+    for path, body in requests.items():
+        answer = httpx.post(engine_gateway.url + path, json=body, timeout=120)
+        if engine.accepts_images:
+            assert answer.status_code == 200, answer.text
+            continue
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert "text only" in error["message"]
+        if path == "/v1/messages":
+            assert answer.json()["type"] == "error"
+            assert error["type"] == "invalid_request_error"
+        else:
+            assert error["code"] == "images_not_supported"
+    if not engine.accepts_images:
+        assert engine.metric("sglang:num_requests_total") == served
+
+
+# ------------------------------------------------------------------ the engine's own 400s
+
+
+def _error_shape(path: str, answer: httpx.Response) -> dict[str, Any]:
+    """The face's own error envelope; returns its `error` object."""
+    data = answer.json()
+    if path == "/v1/messages":
+        assert data["type"] == "error"
+        assert data["error"]["type"] == "invalid_request_error"
+    else:
+        assert set(data["error"]) >= {"message", "type", "param", "code"}
+        assert data["error"]["type"] == "invalid_request_error"
+    error: dict[str, Any] = data["error"]
+    return error
+
+
+def _bodies(text: str, **extra: Any) -> dict[str, dict[str, Any]]:
+    return {
+        "/v1/chat/completions": {"model": MODEL, "messages": _user(text), **extra},
+        "/v1/messages": {"model": MODEL, "max_tokens": 8, "messages": _user(text), **extra},
+        "/v1/responses": {"model": MODEL, "input": text, **extra},
+    }
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["collected", "streamed"])
+def test_the_engines_refusals_are_400s_in_each_faces_shape(
+    engine: Engine, engine_gateway: Proc, stream: bool
+) -> None:
+    """A prompt longer than the context, an output that cannot fit after the prompt (the real
+    engine refuses it in the stream, which was relayed as a 502 inside a 200 stream), and
+    top_k 0 (now the faces' own 400: sglang-kt keeps every request it refuses)."""
+    too_long = "word " * (engine.context_length + 100)
+    cases: list[tuple[str, dict[str, dict[str, Any]]]] = []
+    if len(too_long) < 150_000:  # the suites' gateway takes bodies up to 200 kB
+        cases.append(("context", _bodies(too_long)))
+    # Only chat completions takes a max_tokens past the context as asked (the Anthropic and
+    # Responses faces lower it to what fits).
+    past = _bodies("hi", max_tokens=engine.context_length)["/v1/chat/completions"]
+    cases.append(("output", {"/v1/chat/completions": past}))
+    # The Responses API has no top_k.
+    refused = {k: v for k, v in _bodies("hi", top_k=0).items() if k != "/v1/responses"}
+    cases.append(("top_k", refused))
+    for name, bodies in cases:
+        for path, body in bodies.items():
+            answer = httpx.post(
+                engine_gateway.url + path, json={**body, "stream": stream}, timeout=120
+            )
+            assert answer.status_code == 400, (name, path, answer.text)
+            error = _error_shape(path, answer)
+            assert error["message"], (name, path)
+            if name == "top_k":
+                assert "top_k" in error["message"]
+    # The replica is still fine for the next request.
+    ok = httpx.post(
+        engine_gateway.url + "/v1/chat/completions",
+        json={"model": MODEL, "messages": _user("hi"), "max_tokens": 4},
+        timeout=120,
+    )
+    assert ok.status_code == 200, ok.text
+
+
+# ------------------------------------------------- nothing the gateway sends is refused
+
+
+def test_every_field_the_faces_map_reaches_the_engine_and_is_accepted(
+    engine: Engine, engine_gateway: Proc, client: openai.OpenAI, claude: anthropic.Anthropic
+) -> None:
+    """Each face's sampling fields at once: the /generate body they become is one the engine
+    takes (an unknown sampling key is a 500 that leaks its request on sglang-kt)."""
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+    }
+    chat_fields: Any = {
+        "max_tokens": 8,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.25,
+        "seed": 7,
+        "stop": ["zzz"],
+        "reasoning_effort": "low",
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "a", "schema": schema},
+        },
+        "extra_body": {"top_k": 5, "min_p": 0.05, "repetition_penalty": 1.1, **engine.steer()},
+    }
+    chat = client.chat.completions.create(
+        model=MODEL, messages=_user("Answer in JSON."), **chat_fields
+    )
+    assert chat.choices[0].finish_reason in FINISHES
+    messages_fields: Any = {
+        "stop_sequences": ["zzz"],
+        "system": "Be brief.",
+        "metadata": {"user_id": "u-1"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        # This SDK no longer takes them as arguments; the API still does.
+        "extra_body": {"temperature": 0.5, "top_k": 5, "top_p": 0.9, **engine.steer()},
+    }
+    message = claude.messages.create(
+        model=MODEL, max_tokens=8, messages=_user("Hi"), **messages_fields
+    )
+    assert message.stop_reason is not None
+    responses_fields: Any = {
+        "max_output_tokens": 8,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "reasoning": {"effort": "high"},
+        "text": {"format": {"type": "json_schema", "name": "a", "schema": schema}},
+        "extra_body": engine.steer(),
+    }
+    response = client.responses.create(model=MODEL, input="Hi", **responses_fields)
+    assert response.status in {"completed", "incomplete"}
+
+
+# --------------------------------------------------- health, readiness, restart mid-session
+
+
+def test_readiness_follows_the_engine_through_start_and_restart(engine: Engine) -> None:
+    """A gateway started before its engine is live and not ready; ready once the engine is
+    up; a session's turn during a restart fails in the face's shape (503), and the session
+    goes on once the engine is back."""
+    port = free_port()
+    gateway = start_gateway([f"http://127.0.0.1:{port}"], env=engine_gateway_env(engine))
+    own: Engine | None = None
+    try:
+        assert httpx.get(gateway.url + "/health", timeout=5).status_code == 200
+        assert httpx.get(gateway.url + "/ready", timeout=5).status_code == 503
+        own = start_engine(engine.kind, port=port)
+        assert wait_for(
+            lambda: httpx.get(gateway.url + "/ready", timeout=5).status_code == 200, timeout=30
+        )
+        headers = {"x-session-id": "restart-session"}
+        messages: list[Any] = _user("First turn.")
+        with client_for(gateway) as c:
+            first = c.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=4, extra_headers=headers
+            )
+            assert first.choices[0].finish_reason in FINISHES
+            own.proc.stop()
+            down = httpx.post(
+                gateway.url + "/v1/chat/completions",
+                json={"model": MODEL, "messages": messages, "max_tokens": 4},
+                headers=headers,
+                timeout=60,
+            )
+            assert down.status_code == 503, down.text
+            assert down.json()["error"]["message"]
+            started = time.monotonic()
+            own = start_engine(engine.kind, port=port)
+            assert wait_for(
+                lambda: httpx.get(gateway.url + "/ready", timeout=5).status_code == 200,
+                timeout=30,
+            ), f"not ready {time.monotonic() - started:.0f}s after the engine came back"
+            messages += [
+                {"role": "assistant", "content": first.choices[0].message.content or ""},
+                {"role": "user", "content": "Second turn."},
+            ]
+            second = c.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=4, extra_headers=headers
+            )
+            assert second.choices[0].finish_reason in FINISHES
+    finally:
+        gateway.stop()
+        if own is not None:
+            own.proc.stop()
