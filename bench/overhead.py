@@ -542,6 +542,11 @@ def _parse(argv: list[str]) -> tuple[Config, Path | None]:
 
 
 def main(argv: list[str]) -> int:
+    if any(arg == "--engine-url" or arg.startswith("--engine-url=") for arg in argv):
+        # Over a real engine (make engine-cpu), beside the simulator: bench/engine_overhead.py.
+        from bench import engine_overhead
+
+        return engine_overhead.main(argv)
     config, out = _parse(argv)
     results = run(config)
     print(table(results))
