@@ -23,7 +23,7 @@ from PIL import Image
 
 from gateway.core.heads import HEAD_TOKENS_PARAM
 from gateway.routing.warm import warm_body
-from tests.e2e.conftest import MODEL, client_for, engine_gateway_env, wait_for
+from tests.e2e.conftest import MODEL, client_for, engine_gateway_env, metric_sum, wait_for
 from tests.support import anthropic_events, responses_events
 from tests.support.engines import Engine, start_engine
 from tests.support.procs import Proc, free_port, start_gateway
@@ -237,12 +237,16 @@ def test_cached_tokens_on_a_repeated_prefix(engine: Engine, client: openai.OpenA
 
 
 def test_a_session_restores_its_checkpoint_turn_after_turn(
-    engine: Engine, client: openai.OpenAI
+    engine: Engine, engine_gateway: Proc, client: openai.OpenAI
 ) -> None:
     """Three turns of one session: each later turn is served from the checkpoint the one
-    before left (the hybrid model: the real MambaRadixCache's recurrent-state checkpoints),
-    and the gateway reports the engine's count."""
+    before left (the hybrid model: the real MambaRadixCache's recurrent-state checkpoints,
+    at 64-token prefill points and 256-token decode points), the gateway reports the
+    engine's count, and its verification (cached >= the last prompt aligned down to the
+    track interval) calls each of them a hit."""
     headers = {"x-session-id": f"turns-{engine.kind}"}
+    hits = metric_sum(engine_gateway, "flashbox_affinity_total", {"outcome": "hit"})
+    misses = metric_sum(engine_gateway, "flashbox_affinity_total", {"outcome": "verified_miss"})
     messages: list[Any] = _user("Here is the project we work on today. " * 60)
     seen: list[tuple[int, int]] = []
     for turn in range(3):
@@ -267,6 +271,9 @@ def test_a_session_restores_its_checkpoint_turn_after_turn(
     for prompt, cached in seen[1:]:
         assert 0 < cached < prompt
     assert seen[2][1] >= seen[1][1]
+    assert metric_sum(engine_gateway, "flashbox_affinity_total", {"outcome": "hit"}) == hits + 2
+    after = metric_sum(engine_gateway, "flashbox_affinity_total", {"outcome": "verified_miss"})
+    assert after == misses
 
 
 # ------------------------------------------------------------------------------- abort

@@ -16,6 +16,12 @@ import subprocess
 import pytest
 
 from scripts.engine_cpu import __main__ as runner
+from tests.support.engines import selected_kinds
+
+pytestmark = pytest.mark.skipif(
+    "sglang" not in selected_kinds(),
+    reason="the real engine's wheel is checked under make test-engine",
+)
 
 PROBE = """
 import json
