@@ -89,7 +89,7 @@ class MediaResolver:
     async def resolve(self, refs: Sequence[ImageRef]) -> list[CheckedImage]:
         """The checked images, in the order of `refs`; MediaError (a 400) for an image that
         breaks a rule: the first in request order for the checks made before any work (count,
-        source, configuration, size), else the first to fail."""
+        source, configuration, size), else the first of those that fail, in request order."""
         if not refs:
             return []
         try:
@@ -179,6 +179,14 @@ class MediaResolver:
         tasks = [asyncio.create_task(self._run(plan, budget)) for plan in plans]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            failed = next(
+                (i for i, t in enumerate(tasks) if t.done() and t.exception() is not None), None
+            )
+            earlier = [t for t in tasks[:failed] if not t.done()] if failed is not None else []
+            if earlier:
+                # An image before the failed one may fail too, a little later (checks run in
+                # threads side by side): the client hears of the first in its own order.
+                await asyncio.wait(earlier)
         finally:
             # On the first failure, or when this request is cancelled: no fetch or decode of
             # this request outlives it.

@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -580,3 +582,25 @@ def test_readiness_follows_the_engine_through_start_and_restart(engine: Engine) 
         gateway.stop()
         if own is not None:
             own.proc.stop()
+
+
+def test_a_stop_signal_ends_the_engine_after_it_refused_requests(engine: Engine) -> None:
+    """`docker compose stop` sends SIGTERM to the engine's process. sglang-kt keeps the state of
+    every request it refused and, unless forced, waits for them forever; the launcher forces
+    it (SGL_FORCE_SHUTDOWN, the spelling sglang-kt reads)."""
+    own = start_engine(engine.kind)
+    try:
+        too_long = {"text": "hello " * (own.context_length + 10), "sampling_params": {}}
+        for stream in (False, True):
+            refused = httpx.post(own.url + "/generate", json={**too_long, "stream": stream})
+            assert refused.status_code in {200, 400}, refused.text
+            assert "error" in refused.text
+        started = time.monotonic()
+        own.proc.popen.send_signal(signal.SIGTERM)  # the server process only, as Docker does
+        try:
+            own.proc.popen.wait(90)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the engine ignored SIGTERM for 90 s:\n{own.proc.log()[-3000:]}")
+        assert time.monotonic() - started < 90
+    finally:
+        own.proc.stop()
