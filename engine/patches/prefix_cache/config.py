@@ -91,7 +91,10 @@ def opt_in_validator(stock: Callable[[Any], None]) -> Callable[[Any], None]:
         check_config(self)
         self.disable_radix_cache = False
         if getattr(self, UNIT_ATTR, None) is None:
-            log.info(
+            # WARNING, not INFO: this runs before sglang configures logging, when only
+            # Python's last-resort handler (WARNING and up, to stderr) prints anything; the
+            # real server showed an INFO line here never reached the engine's log.
+            log.warning(
                 "GLM-5-Next prefix cache on: %d-token unit, track interval %d, "
                 "chunked prefill %d, max mamba cache size %s",
                 TREE_UNIT,
