@@ -1,14 +1,27 @@
-"""GET /health (the gateway process is alive) and GET /ready (a replica can take work)."""
+"""GET /health (the gateway process is alive), GET /ready (a replica can take work), and
+GET / HEAD / (a one-line index: Claude Code probes `HEAD /` before its first request)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 
 from gateway.routes.deps import app_state
 
 router = APIRouter()
+
+# What the root says: what this is and where the APIs are. No auth, no work: a client's
+# reachability probe (HEAD /) must not need a key or touch an engine.
+INDEX = (
+    "flashbox gateway: POST /v1/chat/completions, /v1/messages, /v1/responses; "
+    "GET /v1/models, /health, /ready, /metrics\n"
+)
+
+
+@router.api_route("/", methods=["GET", "HEAD"])
+async def index() -> PlainTextResponse:
+    return PlainTextResponse(INDEX)
 
 
 @router.get("/health")

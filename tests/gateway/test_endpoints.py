@@ -52,6 +52,19 @@ async def test_health_and_ready(engine: FakeEngine) -> None:
         assert (await client.get("/ready")).status_code == 503
 
 
+async def test_the_root_answers_a_probe_without_a_key(engine: FakeEngine) -> None:
+    """Claude Code sends HEAD / to check the server before its first request (#31)."""
+    async with gateway_client(engine, auth={"protect_health": True}, api_keys=["k"]) as client:
+        head = await client.head("/")
+        assert head.status_code == 200
+        assert head.content == b""
+        index = await client.get("/")
+        assert index.status_code == 200
+        assert index.text.count("\n") == 1
+        assert "/v1/messages" in index.text
+    assert engine.generates == []
+
+
 def test_metric_names_are_the_contract() -> None:
     text = Metrics().exposition()[0].decode()
     for name in CONTRACT:
