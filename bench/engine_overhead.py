@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil  # type: ignore[import-untyped]
@@ -64,6 +65,29 @@ def rendered_prompt() -> str:
     return renderer.render(messages, None, {})
 
 
+def _stream(
+    client: httpx.Client,
+    url: str,
+    body: dict[str, Any],
+    has_text: Callable[[dict[str, Any]], bool],
+    tokens_in: Callable[[dict[str, Any]], int | None],
+) -> tuple[float, int]:
+    """One streamed request: seconds to the first event with text, and the tokens reported."""
+    started = time.perf_counter()
+    ttft: float | None = None
+    tokens = 0
+    with client.stream("POST", url, json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            event = json.loads(line[6:])
+            if ttft is None and has_text(event):
+                ttft = time.perf_counter() - started
+            tokens = tokens_in(event) or tokens
+    return (ttft if ttft is not None else time.perf_counter() - started), tokens
+
+
 def _direct(client: httpx.Client, url: str, prompt: str, max_tokens: int) -> tuple[float, int]:
     body = {
         "text": prompt,
@@ -75,19 +99,18 @@ def _direct(client: httpx.Client, url: str, prompt: str, max_tokens: int) -> tup
         },
         "stream": True,
     }
-    started = time.perf_counter()
-    ttft: float | None = None
-    tokens = 0
-    with client.stream("POST", url + "/generate", json=body) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            event = json.loads(line[6:])
-            if ttft is None and event.get("text"):
-                ttft = time.perf_counter() - started
-            tokens = int(event.get("meta_info", {}).get("completion_tokens", tokens))
-    return (ttft if ttft is not None else time.perf_counter() - started), tokens
+    return _stream(
+        client,
+        url + "/generate",
+        body,
+        lambda event: bool(event.get("text")),
+        lambda event: int(event.get("meta_info", {}).get("completion_tokens") or 0),
+    )
+
+
+def _chunk_has_text(chunk: dict[str, Any]) -> bool:
+    deltas = [choice.get("delta") or {} for choice in chunk.get("choices") or []]
+    return any(d.get("content") or d.get("reasoning_content") for d in deltas)
 
 
 def _gateway(client: httpx.Client, url: str, max_tokens: int) -> tuple[float, int]:
@@ -99,22 +122,13 @@ def _gateway(client: httpx.Client, url: str, max_tokens: int) -> tuple[float, in
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    started = time.perf_counter()
-    ttft: float | None = None
-    tokens = 0
-    with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            for choice in chunk.get("choices") or []:
-                delta = choice.get("delta") or {}
-                if ttft is None and (delta.get("content") or delta.get("reasoning_content")):
-                    ttft = time.perf_counter() - started
-            if chunk.get("usage"):
-                tokens = int(chunk["usage"].get("completion_tokens") or 0)
-    return (ttft if ttft is not None else time.perf_counter() - started), tokens
+    return _stream(
+        client,
+        url + "/v1/chat/completions",
+        body,
+        _chunk_has_text,
+        lambda chunk: int((chunk.get("usage") or {}).get("completion_tokens") or 0),
+    )
 
 
 def measure(

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from monitoring import sglang_metrics
+
 # A prompt in the prompt format the gateway renders (the tiny models' tokenizer knows it).
 PROMPT = "[gMASK]<sop><|system|>Reasoning Effort: Low<|user|>Say hello.<|assistant|><think>"
 # Fields of /server_info the gateway reads (gateway/routing/health.py) or the docs name.
@@ -39,22 +41,12 @@ SERVER_INFO_FIELDS = (
     "version",
 )
 MODEL_INFO_FIELDS = ("has_image_understanding", "is_generation", "model_path")
-# The metric names the dashboards and the gateway's tests read (monitoring/sglang_metrics.py).
+# The metric names the dashboards may query (monitoring/sglang_metrics.py), and the one the
+# simulator exports beyond them.
 METRIC_NAMES = (
-    "sglang:time_to_first_token_seconds_bucket",
-    "sglang:inter_token_latency_seconds_bucket",
-    "sglang:e2e_request_latency_seconds_bucket",
-    "sglang:queue_time_seconds_bucket",
-    "sglang:gen_throughput",
-    "sglang:num_running_reqs",
-    "sglang:num_queue_reqs",
-    "sglang:token_usage",
-    "sglang:cache_hit_rate",
-    "sglang:mamba_usage",
-    "sglang:prompt_tokens_total",
-    "sglang:generation_tokens_total",
-    "sglang:cached_tokens_total",
-    "sglang:num_requests_total",
+    *(f"{name}_bucket" for name in sglang_metrics.HISTOGRAMS),
+    *sglang_metrics.GAUGES,
+    *sglang_metrics.COUNTERS,
     "sglang:num_aborted_requests_total",
 )
 # Keys whose values are compared too (they are protocol, not model output).
