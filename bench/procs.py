@@ -85,16 +85,31 @@ def start_process(
             argv, cwd=REPO_ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT
         )
     proc = Proc(popen=popen, port=port, log_path=log)
-    deadline = time.monotonic() + ready_timeout
+    return wait_healthy(proc, module, health_path=health_path, timeout=ready_timeout)
+
+
+def wait_healthy(
+    proc: Proc,
+    name: str,
+    *,
+    health_path: str = "/health",
+    timeout: float = 30.0,
+    poll_s: float = 0.05,
+    probe_timeout_s: float = 1.0,
+) -> Proc:
+    """`proc` once GET health_path answers 200; killed, with its log in the error, if it
+    exits or is not healthy within `timeout`."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not proc.alive():
-            raise RuntimeError(f"{module} exited with {popen.returncode}:\n{proc.log()}")
+            raise RuntimeError(f"{name} exited with {proc.popen.returncode}:\n{proc.log()}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(proc.url + health_path, timeout=1.0).status_code == 200:
+            response = httpx.get(proc.url + health_path, timeout=probe_timeout_s)
+            if response.status_code == 200:
                 return proc
-        time.sleep(0.05)
+        time.sleep(poll_s)
     proc.kill()
-    raise RuntimeError(f"{module} not healthy after {ready_timeout}s:\n{proc.log()}")
+    raise RuntimeError(f"{name} not healthy after {timeout:g}s:\n{proc.log()}")
 
 
 @contextlib.contextmanager

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from bench import procs
 from bench.procs import REPO_ROOT, Proc, free_port, start_sim
 
 ENGINES_ENV = "FLASHBOX_TEST_ENGINES"
@@ -95,16 +95,7 @@ def spawn_real_engine(port: int | None = None, model: str | None = None) -> Engi
 
 
 def wait_healthy(proc: Proc, timeout: float = REAL_READY_TIMEOUT_S) -> Proc:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            raise RuntimeError(f"the engine exited with {proc.popen.returncode}:\n{proc.log()}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(proc.url + "/health", timeout=2.0).status_code == 200:
-                return proc
-        time.sleep(0.2)
-    proc.stop()
-    raise RuntimeError(f"the engine was not healthy after {timeout:.0f}s:\n{proc.log()[-4000:]}")
+    return procs.wait_healthy(proc, "the engine", timeout=timeout, poll_s=0.2, probe_timeout_s=2.0)
 
 
 def start_real_engine(port: int | None = None, model: str | None = None) -> EngineProc:
