@@ -22,6 +22,7 @@ from engine.sim.profile import (
     parse_mm_limits,
     parse_mm_process_config,
 )
+from engine.sim.script import ScriptError, load_script
 from engine.sim.settings import SimSettings
 from engine.sim.watched import silence_injected_disconnects
 
@@ -53,6 +54,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reasoning-tokens", type=int, help="default reasoning length")
     p.add_argument("--content-tokens", type=int, help="default content length")
     p.add_argument("--tool-calls", help="'auto' or a count")
+    p.add_argument(
+        "--script", type=Path, help="scripted answers instead of random ones (engine/sim/script.py)"
+    )
     p.add_argument(
         "--fault",
         help="process-wide fault: 503, die[:N], crash[:N], stall_first, "
@@ -120,7 +124,8 @@ def settings_from_args(argv: list[str]) -> SimSettings:
     try:
         profile = load_profile(args.profile)
         fault = None if args.fault is None else parse_fault(args.fault)
-    except (ProfileError, FaultSpecError) as exc:
+        script = None if args.script is None else load_script(args.script)
+    except (ProfileError, FaultSpecError, ScriptError) as exc:
         raise SystemExit(str(exc)) from None
     settings = SimSettings(
         profile=_image_flags(profile, args),
@@ -137,6 +142,7 @@ def settings_from_args(argv: list[str]) -> SimSettings:
         loop=args.loop,
         max_event_lag=max(1, args.max_event_lag),
         stream_output=args.stream_output,
+        script=script,
     )
     overrides: dict[str, object] = {}
     for flag, field in (

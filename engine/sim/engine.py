@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+from dataclasses import replace
 
 from engine.sim.checkpoints import CheckpointPool
 from engine.sim.faults import Fault
@@ -141,6 +142,15 @@ class SimEngine:
             verbatim=o.output,
             grammar_tools=params.grammar_tools,
         )
+        script = self.settings.script
+        # A request a test steers itself, or one under a grammar, keeps its own output.
+        steered = o.output is not None or o.tool_call_list is not None
+        if script is not None and not steered and params.grammar_tools is None:
+            answer = script.answer(params.text or "")
+            if answer.calls:
+                controls = replace(controls, tool_call_list=answer.calls, content_tokens=0)
+            else:
+                controls = replace(controls, content_text=answer.final, tool_call_list=())
         plan = plan_output(params.text, controls, rng, profile.bytes_per_token)
         return SimRequest(
             params=params,

@@ -71,6 +71,8 @@ class OutputControls:
     verbatim: str | None = None
     # A tool-call grammar's allowed names: then the answer is only calls, at least one.
     grammar_tools: tuple[str, ...] | None = None
+    # The content itself (a scripted answer), instead of content_tokens of random words.
+    content_text: str | None = None
 
 
 def words(vocab: tuple[str, ...], tokens: int, bytes_per_token: int, rng: random.Random) -> str:
@@ -127,7 +129,9 @@ def plan_output(
     if thinking:
         parts.append(words(REASONING_WORDS, controls.reasoning_tokens, bytes_per_token, rng))
         parts.append(THINK_CLOSE)
-    if controls.grammar_tools is None:
+    if controls.content_text is not None:
+        parts.append(controls.content_text)
+    elif controls.grammar_tools is None:
         parts.append(words(CONTENT_WORDS, controls.content_tokens, bytes_per_token, rng))
     parts.extend(
         render_call(name, args) for name, args in _plan_calls(find_tools(prompt), controls, rng)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 from engine.sim.faults import Fault
 from engine.sim.profile import Profile
+from engine.sim.script import Script
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class SimSettings:
     # SGLang's --stream-output: a streamed /generate event carries only the output_ids made
     # since the one before (text stays cumulative), instead of every id so far.
     stream_output: bool = False
+    # --script: scripted answers (engine/sim/script.py) instead of random ones.
+    script: Script | None = None
 
     @property
     def served_model_name(self) -> str:

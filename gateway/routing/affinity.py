@@ -54,7 +54,10 @@ log = logging.getLogger("gateway.routing.affinity")
 # where its head's checkpoint is counts as head_hit or head_miss when it ends; the other outcomes
 # count when the pick is made, but "moved": a pinned turn a gateway of a fleet sent before the
 # store answered, to a replica another gateway had moved the lineage from (gateway.routing.fleet),
-# counted when the store's answer shows it (instead of its hit or verified_miss).
+# counted when the store's answer shows it (instead of its hit or verified_miss); "restarted": a
+# pinned turn whose prompt no longer extends the lineage's last one (the client rewrote the
+# conversation under the same root: Codex's compaction keeps the head and the first user
+# message and replaces what follows with a summary), counted when it ends, never verified.
 OUTCOMES = (
     "hit",
     "verified_miss",
@@ -67,6 +70,7 @@ OUTCOMES = (
     "failover",
     "unpinned",
     "moved",
+    "restarted",
 )
 
 
@@ -194,6 +198,9 @@ class AffinityPicker:
     def _promise(self, ctx: RequestContext, key: str, pin: Pin, replica: Replica) -> _Pending:
         """What a pinned turn's verification expects of the engine, from the pin as known."""
         interval = capacity.track_interval(replica, self._settings)
+        if _rewritten(ctx.prompt, pin):
+            log.info("restart: %s lineage %s no longer extends its last prompt", pin.kind, key[:12])
+            return _Pending(key, "restarted", 0, pin.kind)
         promised = pin.sequence_tokens if _carries_output(ctx.prompt, pin) else 0
         expected = max(pin.last_prompt_tokens, promised) // interval * interval
         reset = _adds_image(pin.images, ctx.images)
@@ -550,7 +557,9 @@ class AffinityPicker:
             return
         ok = outcome is Outcome.OK and prompt_tokens > 0
         kind = pending.kind
-        if pending.affinity in ("pinned", "head") and outcome is not Outcome.CONNECT_FAILED:
+        if pending.affinity == "restarted":
+            self._count("restarted", kind)
+        elif pending.affinity in ("pinned", "head") and outcome is not Outcome.CONNECT_FAILED:
             head = pending.affinity == "head"
             if not ok:
                 self._count("unverified", kind)
@@ -574,6 +583,7 @@ class AffinityPicker:
         if ok and pin is not None and pin.replica == replica.name:
             pin.last_prompt_tokens = prompt_tokens
             pin.images = ctx.images
+            _note_prompt(pin, ctx.prompt)
             _note_output(pin, ctx.prompt, prompt_tokens, output)
         # A turn that passes through a head checkpoint the replica holds touches it too (the
         # engine patch keeps heads most recently used while their sessions go on).
@@ -649,6 +659,34 @@ def _note_output(pin: Pin, prompt: str, prompt_tokens: int, output: TurnOutput |
     # The engine's state covers the sequence up to its last token's input: the last generated
     # token was never fed back, so it is not in the checkpoint.
     pin.sequence_tokens = prompt_tokens + output.tokens - 1
+
+
+# How much of the last prompt's end `_rewritten` compares: the tail before its last
+# _REWRITE_MARGIN characters (a client that drops the last generation prompt's reasoning opener
+# still extends what the checkpoint holds, which ends a track interval earlier), _REWRITE_WINDOW
+# long, so the check costs the same at any prompt length.
+_REWRITE_MARGIN = 256
+_REWRITE_WINDOW = 4096
+
+
+def _prompt_tail(prompt: str, end: int) -> bytes:
+    stop = max(0, end - _REWRITE_MARGIN)
+    return _output_digest(prompt[max(0, stop - _REWRITE_WINDOW) : stop])
+
+
+def _note_prompt(pin: Pin, prompt: str) -> None:
+    pin.prompt_chars = len(prompt)
+    pin.prompt_tail = _prompt_tail(prompt, len(prompt))
+
+
+def _rewritten(prompt: str, pin: Pin) -> bool:
+    """Whether `prompt` no longer extends the pin's last prompt (seen by this gateway): shorter
+    than it, or different in the tail the check compares."""
+    if pin.prompt_chars <= _REWRITE_MARGIN:
+        return False
+    if len(prompt) < pin.prompt_chars - _REWRITE_MARGIN:
+        return True
+    return _prompt_tail(prompt, pin.prompt_chars) != pin.prompt_tail
 
 
 def _carries_output(prompt: str, pin: Pin) -> bool:

@@ -37,6 +37,10 @@ class Pin:
     output_chars: int = 0
     output_digest: bytes = b""
     sequence_tokens: int = 0
+    # The last prompt's length in characters and a digest of its tail (affinity.py,
+    # "rewritten"): whether the next prompt still extends it (0: not known here).
+    prompt_chars: int = 0
+    prompt_tail: bytes = b""
     # A fleet's gateway (gateway.routing.fleet): the epoch of its move watch in which the
     # shared store last confirmed this pin's replica (0: not confirmed since it last heard).
     confirmed: int = 0
@@ -183,8 +187,10 @@ class PinTable:
             self._pins.move_to_end(key)
         if last_prompt_tokens > pin.last_prompt_tokens:
             pin.last_prompt_tokens, pin.images = last_prompt_tokens, images
-            # A later turn served elsewhere: the output this gateway saw is not the last one.
+            # A later turn served elsewhere: the output and prompt this gateway saw are not the
+            # last ones.
             pin.sequence_tokens = 0
+            pin.prompt_chars = 0
         return pin
 
     def sweep(self, now: float) -> None:

@@ -251,7 +251,9 @@ def _routing() -> list[PanelBuilder]:
             "checkpoint), new, head_hit / head_miss (a new conversation placed where its "
             "prompt head's checkpoint is), media_reset (a turn that added an image), spill, "
             "failover, verified_miss (the engine did not hit what the pin promised), moved "
-            "(a fleet's pinned turn sent before the store showed another gateway had moved it).",
+            "(a fleet's pinned turn sent before the store showed another gateway had moved it), "
+            "restarted (a conversation the client rewrote under the same root, such as Codex's "
+            "compaction: not verified).",
             OPS,
             [Query(_rate("flashbox_affinity_total", by="outcome"), "{{outcome}}")],
             stacked=True,

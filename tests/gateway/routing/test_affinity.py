@@ -158,7 +158,9 @@ def test_spill_only_when_waiting_costs_more_than_reprefilling() -> None:
     picker.report(spill, other, Outcome.OK, prompt_tokens=2000, cached_tokens=0)
     # The next turn there is verified against the spilled turn's prompt.
     home.in_flight = 0
-    assert turn(picker, "s", 2500, 0) is other
+    after = ctx("s", rid="t5", prompt=big + " and the next turn")
+    assert picker.pick(after).replica is other
+    picker.report(after, other, Outcome.OK, prompt_tokens=2500, cached_tokens=0)
     assert counts["verified_miss"] == 1
     # A small context spills sooner: re-prefilling 4k tokens costs nothing over a hit.
     picker2, _replicas2, _, _ = make(2, max_running_requests=4)

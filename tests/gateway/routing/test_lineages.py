@@ -366,3 +366,32 @@ def test_a_lineage_back_after_its_pin_expired_goes_where_it_was() -> None:
     elsewhere = rig.turn("s1", "s1-main", 42_000, 29_952, **head)
     assert elsewhere is not home
     assert rig.picker.pins.expired("s1-main") is None
+
+
+def test_a_conversation_rewritten_under_the_same_root_is_restarted_not_a_miss() -> None:
+    """Codex compacts without saying so: the head and the first user message stay (so the
+    lineage key does), and what follows becomes a summary. The prompt no longer extends the
+    lineage's last one, so nothing is promised for it: a restart, never a verified miss."""
+    rig = Rig(n=1)
+    head = "system and tools " * 100
+    history = head + "first prompt " + "turn " * 2000
+    rig.turn("cx", "main", 30_000, 0, prompt=history)
+    rig.turn("cx", "main", 31_000, 29_952, prompt=history + "tool output " * 50)
+    compacted = head + "first prompt " + "summary " * 300
+    rig.turn("cx", "main", 4_000, 1_024, prompt=compacted)
+    assert rig.counts == {("new", "main"): 1, ("hit", "main"): 1, ("restarted", "main"): 1}
+    # The next turn extends the compacted prompt: verified against it again.
+    rig.turn("cx", "main", 4_500, 3_840, prompt=compacted + "next turn " * 40)
+    rig.turn("cx", "main", 5_000, 0, prompt=compacted + "next turn " * 40 + "more " * 40)
+    assert rig.counts[("hit", "main")] == 2
+    assert rig.counts[("verified_miss", "main")] == 1
+
+
+def test_a_turn_that_drops_the_last_reasoning_opener_still_extends() -> None:
+    # The comparison stops short of the previous prompt's end: a client that does not send
+    # the generation prompt's `<think>` back is verified as before.
+    rig = Rig(n=1)
+    prompt = "history " * 3000 + "<|assistant|><think>"
+    rig.turn("s", "main", 6_000, 0, prompt=prompt)
+    rig.turn("s", "main", 6_100, 5_888, prompt=prompt[:-7] + "</think>answer<|user|>next")
+    assert rig.counts == {("new", "main"): 1, ("hit", "main"): 1}
