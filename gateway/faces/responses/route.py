@@ -36,7 +36,14 @@ from gateway.state import AppState
 API = "responses"
 router = APIRouter()
 
-_WANTED = (b"authorization", b"content-length", b"x-session-id", b"session_id", b"session-id")
+_WANTED = (
+    b"authorization",
+    b"content-length",
+    b"x-session-id",
+    b"session_id",
+    b"session-id",
+    b"thread-id",
+)
 # What the response object echoes back of the request, as the client sent it.
 _ECHO = (
     "instructions",
@@ -185,6 +192,11 @@ def _core(
         or headers.get(b"x-session-id")
         or request.prompt_cache_key
     )
+    # Codex sends its subagents' requests under the parent's session-id, each subagent with a
+    # thread-id of its own; their first user message (the environment context) and head are
+    # alike, so without the thread they would share one lineage and miss each other's turns.
+    thread = headers.get(b"thread-id")
+    subagent = thread if thread and thread != session else None
     extra = request.model_extra or {}
     core = CoreRequest(
         api=API,
@@ -200,7 +212,11 @@ def _core(
             json_schema=schema,
         ),
         stream=request.stream,
-        session=SessionHints(header=session, body={"user": request.user} if request.user else {}),
+        session=SessionHints(
+            header=session,
+            body={"user": request.user} if request.user else {},
+            conversation=subagent,
+        ),
         body_bytes=size,
         thinking=thinking,
         clamp_max_tokens=True,
