@@ -81,6 +81,13 @@ def _pick_type(schema: dict[str, Any], rng: random.Random) -> str | None:
     return None
 
 
+def _bound(schema: dict[str, Any], key: str, default: float) -> float:
+    """A numeric bound of the schema, or `default` when it is absent or not a finite number."""
+    value = schema.get(key)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < 1e15
+    return float(value) if ok else default
+
+
 def value_for(schema: Any, rng: random.Random, depth: int = 0) -> Any:
     """A value that validates against the (common subset of) JSON schema."""
     if not isinstance(schema, dict):
@@ -104,11 +111,11 @@ def value_for(schema: Any, rng: random.Random, depth: int = 0) -> Any:
     if kind == "string":
         return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 3)))
     if kind == "integer":
-        return rng.randint(int(schema.get("minimum", 0)), int(schema.get("maximum", 1000)))
+        low = int(_bound(schema, "minimum", 0))
+        return rng.randint(low, max(low, int(_bound(schema, "maximum", 1000))))
     if kind == "number":
-        low = float(schema.get("minimum", 0.0))
-        high = float(schema.get("maximum", 1000.0))
-        return round(rng.uniform(low, high), 2)
+        low = _bound(schema, "minimum", 0.0)
+        return round(rng.uniform(low, max(low, _bound(schema, "maximum", 1000.0))), 2)
     if kind == "boolean":
         return rng.random() < 0.5
     if kind == "null":
@@ -132,7 +139,10 @@ def arguments_for(schema: dict[str, Any], rng: random.Random, depth: int = 0) ->
     if not isinstance(props, dict):
         return {}
     required = schema.get("required")
-    required_names = set(required) if isinstance(required, list) else set()
+    # A client's schema may be malformed (a model only reads it): odd entries are ignored.
+    required_names = (
+        {n for n in required if isinstance(n, str)} if isinstance(required, list) else set()
+    )
     args: dict[str, Any] = {}
     for name, prop in props.items():
         if name in required_names or rng.random() < 0.5:

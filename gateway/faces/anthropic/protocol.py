@@ -102,21 +102,23 @@ class ToolChoice(_Model):
 
 
 class Thinking(_Model):
-    # "enabled", "disabled", "adaptive", or a type newer clients send (the pinned SDK already
-    # knows "between_tools"): anything but "disabled" lets the model reason.
-    type: StrictStr
+    # Anything but "disabled" lets the model reason. A value outside these is a 400 that lists
+    # them (a typo is never served as if valid); "between_tools" is what the pinned SDK knows
+    # beyond the documented three.
+    type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: int | None = None
-    # "summarized" (the default), "omitted" (signature only), or values newer clients send.
-    display: StrictStr | None = None
+    # "summarized" (the default) or "omitted" (signature only).
+    display: Literal["summarized", "omitted"] | None = None
 
 
 class OutputFormat(_Model):
-    type: StrictStr
+    type: Literal["json_schema"]
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
 
 
 class OutputConfig(_Model):
-    effort: StrictStr | None = None
+    # The values Claude Code's own effort setting offers.
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
     format: OutputFormat | None = None
 
 

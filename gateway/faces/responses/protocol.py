@@ -2,12 +2,13 @@
 
 Items are checked one by one in gateway.faces.responses.convert (Codex sends them without ids,
 and new item and tool kinds appear release by release); here only the envelope's types.
-Unknown top-level fields are ignored.
+Unknown top-level fields are ignored, but a known field's value outside its set is a 400 that
+lists the set: a typo in an effort or an include entry is never served as if it were valid.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
@@ -16,13 +17,30 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
 
+# OpenAI's values (the openai package's ReasoningEffort, Reasoning.summary and
+# ResponseIncludable types); "none" turns reasoning off.
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+Summary = Literal["auto", "concise", "detailed", "none"]
+Includable = Literal[
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+]
+
+
 class Reasoning(_Model):
-    effort: StrictStr | None = None
-    summary: StrictStr | None = None
+    effort: Effort | None = None
+    summary: Summary | None = None
+    generate_summary: Summary | None = None  # the older name of summary
 
 
 class TextFormat(_Model):
-    type: StrictStr = "text"
+    type: Literal["text", "json_schema", "json_object"] = "text"
     name: StrictStr | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: StrictBool | None = None
@@ -47,7 +65,9 @@ class ResponsesRequest(_Model):
     prompt_cache_key: StrictStr | None = None
     store: StrictBool = True
     previous_response_id: StrictStr | None = None
-    include: list[StrictStr] | None = None
+    include: list[Includable] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    service_tier: Literal["auto", "default", "flex", "priority", "scale"] | None = None
     metadata: dict[str, Any] | None = None
     stream: StrictBool = False
     user: StrictStr | None = None

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from gateway.components import load_renderer
 from gateway.core.answer import Finish, Usage
@@ -518,13 +519,29 @@ def test_thinking(thinking: dict[str, Any] | None, on: bool) -> None:
         ("high", {"reasoning_effort": "high"}),
         ("xhigh", {"reasoning_effort": "max"}),
         ("max", {"reasoning_effort": "max"}),
-        ("turbo", {}),
         (None, {}),
     ],
 )
 def test_effort(effort: str | None, expected: dict[str, str]) -> None:
     assert template_kwargs(request(output_config={"effort": effort})) == expected
     assert template_kwargs(request()) == {}
+
+
+@pytest.mark.parametrize(
+    ("fields", "allowed"),
+    [
+        ({"output_config": {"effort": "turbo"}}, "'low', 'medium', 'high', 'xhigh' or 'max'"),
+        ({"thinking": {"type": "on"}}, "'enabled', 'disabled', 'adaptive' or 'between_tools'"),
+        ({"thinking": {"type": "adaptive", "display": "full"}}, "'summarized' or 'omitted'"),
+        ({"output_config": {"format": {"type": "xml"}}}, "'json_schema'"),
+    ],
+)
+def test_an_unknown_enum_value_is_refused_naming_the_allowed_ones(
+    fields: dict[str, Any], allowed: str
+) -> None:
+    # A typo is never served as if it were valid (it used to fall back to the default).
+    with pytest.raises(ValidationError, match=allowed):
+        request(**fields)
 
 
 def test_effort_reaches_the_rendered_prompt() -> None:

@@ -186,7 +186,7 @@ async def test_an_engine_error_before_the_headers_is_an_envelope(
             "messages.0.content.0.tool_result.content.0",
             "Input tag 'x'",
         ),
-        ({"thinking": {"type": 3}}, "thinking.type", "valid string"),
+        ({"thinking": {"type": 3}}, "thinking.type", "'enabled', 'disabled'"),
     ],
     ids=["block-type", "content-type", "system-block", "tool-result-part", "thinking-type"],
 )

@@ -624,7 +624,6 @@ def test_tool_choice_none_hides_the_tools_from_the_model() -> None:
         ("medium", {"reasoning_effort": "high"}, True),
         ("high", {"reasoning_effort": "high"}, True),
         ("xhigh", {"reasoning_effort": "max"}, True),
-        ("turbo", {}, True),
         (None, {}, True),
     ],
 )
