@@ -84,8 +84,9 @@ def _pick_type(schema: dict[str, Any], rng: random.Random) -> str | None:
 def _bound(schema: dict[str, Any], key: str, default: float) -> float:
     """A numeric bound of the schema, or `default` when it is absent or not a finite number."""
     value = schema.get(key)
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < 1e15
-    return float(value) if ok else default
+    if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < 1e15:
+        return float(value)
+    return default
 
 
 def value_for(schema: Any, rng: random.Random, depth: int = 0) -> Any:
@@ -111,8 +112,8 @@ def value_for(schema: Any, rng: random.Random, depth: int = 0) -> Any:
     if kind == "string":
         return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 3)))
     if kind == "integer":
-        low = int(_bound(schema, "minimum", 0))
-        return rng.randint(low, max(low, int(_bound(schema, "maximum", 1000))))
+        least = int(_bound(schema, "minimum", 0))
+        return rng.randint(least, max(least, int(_bound(schema, "maximum", 1000))))
     if kind == "number":
         low = _bound(schema, "minimum", 0.0)
         return round(rng.uniform(low, max(low, _bound(schema, "maximum", 1000.0))), 2)
