@@ -67,3 +67,5 @@ def add_constraint(body: dict[str, Any], constraint: DecodingConstraint) -> None
         )
     params.update(constraint.sampling_params)
     body.update(constraint.request_fields)
+    if constraint.kept_stop is not None and constraint.kept_stop not in params["stop"]:
+        params["stop"] = [*params["stop"], constraint.kept_stop]

@@ -39,8 +39,11 @@ class Relay:
         differ: TextDiffer,
         record: RequestRecord,
         on_first_token: Callable[[], None] | None = None,
+        kept_stop: str | None = None,
     ) -> None:
         self._engine = engine
+        # A stop string that belongs to the output (DecodingConstraint.kept_stop).
+        self._kept_stop = kept_stop
         # Told once, when the engine's first token arrives (its prefill is done).
         self._on_first_token = on_first_token
         # The engine's text as it came, for routing's output promise (gateway.routing.affinity).
@@ -73,6 +76,8 @@ class Relay:
         if finish is not None:
             self._finish = finish
             text += self._differ.finish(event.text)
+            if self._kept_stop is not None and finish.get("matched") == self._kept_stop:
+                text += self._kept_stop
         if text:
             self._raw.append(text)
         parsed = self._parser.feed(text) if text else []

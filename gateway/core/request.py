@@ -69,6 +69,9 @@ class CoreRequest:
     thinking: bool = True
     # True: a max_tokens past what fits in the context is lowered to fit, not refused.
     clamp_max_tokens: bool = False
+    # False: at most one tool call per answer (Responses/chat parallel_tool_calls: false,
+    # Anthropic's disable_parallel_tool_use), enforced by the engine (gateway.parsers).
+    parallel_tool_calls: bool = True
     # Forwarded to /generate when upstream.forward_custom_params is on (the simulator's knobs).
     custom_params: Any = None
     # The request's images: their parts in `messages` are sentinels (gateway.core.images).

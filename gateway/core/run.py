@@ -142,7 +142,10 @@ class Run:
             # before the engine spends a vision pass on it.
             await self._fit_output(prompt, {"max_new_tokens": 1}, image_tokens)
         constraint = state.constraint_builder(
-            tools=request.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
+            tools=request.tools,
+            tool_choice=self._tool_choice,
+            starts_in_reasoning=in_reasoning,
+            parallel_tool_calls=request.parallel_tool_calls,
         )
         add_constraint(body, constraint)
         # Built before /generate is sent: a tool_choice the parser refuses is a 400 that must
@@ -164,6 +167,7 @@ class Run:
             differ=TextDiffer(incremental=state.settings.upstream.incremental_output),
             record=record,
             on_first_token=self._prefilled,
+            kept_stop=constraint.kept_stop,
         )
         return self._relay
 

@@ -40,10 +40,14 @@ class DecodingConstraint:
 
     sampling_params: Mapping[str, Any] = field(default_factory=dict)
     request_fields: Mapping[str, Any] = field(default_factory=dict)
+    # A stop string that ends the answer but belongs to it (the end of the one tool call a
+    # request without parallel calls may make): the engine trims its stop strings from the
+    # text, so the relay puts this one back when the engine says it matched.
+    kept_stop: str | None = None
 
     @property
     def is_empty(self) -> bool:
-        return not self.sampling_params and not self.request_fields
+        return not self.sampling_params and not self.request_fields and self.kept_stop is None
 
 
 class DecodingConstraintBuilder(Protocol):
@@ -58,4 +62,5 @@ class DecodingConstraintBuilder(Protocol):
         tools: Sequence[Mapping[str, Any]] | None,
         tool_choice: str | Mapping[str, Any] | None,
         starts_in_reasoning: bool,
+        parallel_tool_calls: bool = True,
     ) -> DecodingConstraint: ...

@@ -157,14 +157,17 @@ class GlmConstraintBuilder:
         tools: Sequence[Mapping[str, Any]] | None,
         tool_choice: str | Mapping[str, Any] | None,
         starts_in_reasoning: bool,
+        parallel_tool_calls: bool = True,
     ) -> DecodingConstraint:
         choice = resolve_tool_choice(tools, tool_choice)
         if choice.mode not in ("required", "function"):
-            return DecodingConstraint()
+            if parallel_tool_calls or choice.mode == "none" or not tools:
+                return DecodingConstraint()
+            # One call at most: the engine stops where the first call closes.
+            return DecodingConstraint(kept_stop=CALL_CLOSE)
         functions = declared_functions(tools)
         names = [choice.name] if choice.name is not None else list(functions)
-        grammar = glm_tool_call_grammar(
-            functions, names, self._layout, single=choice.mode == "function"
-        )
+        single = choice.mode == "function" or not parallel_tool_calls
+        grammar = glm_tool_call_grammar(functions, names, self._layout, single=single)
         fields = {"require_reasoning": True} if starts_in_reasoning else {}
         return DecodingConstraint(sampling_params={"ebnf": grammar}, request_fields=fields)

@@ -219,8 +219,7 @@ def test_create(client: openai.OpenAI) -> None:
     reasoning = response.output[0]
     assert reasoning.type == "reasoning"
     assert reasoning.summary == []
-    assert reasoning.encrypted_content is not None
-    assert reasoning.encrypted_content.startswith("fbx1.")
+    assert reasoning.encrypted_content is None  # include did not ask for it
     assert reasoning.content is not None
     assert reasoning.content[0].text
     assert response.output_text
@@ -230,6 +229,28 @@ def test_create(client: openai.OpenAI) -> None:
     assert response.usage.output_tokens > 0
     assert response.usage.output_tokens_details.reasoning_tokens > 0
     assert response._request_id
+
+
+def test_include_is_honoured(client: openai.OpenAI) -> None:
+    short = sim_body(reasoning_tokens=8, content_tokens=8)
+    asked = client.responses.create(
+        model=MODEL, input="Hello", include=["reasoning.encrypted_content"], extra_body=short
+    )
+    reasoning = asked.output[0]
+    assert reasoning.type == "reasoning"
+    assert reasoning.encrypted_content is not None
+    assert reasoning.encrypted_content.startswith("fbx1.")
+    # An entry for a tool this server does not run asks for nothing that can appear: served.
+    other = client.responses.create(
+        model=MODEL, input="Hello", include=["file_search_call.results"], extra_body=short
+    )
+    assert other.output[0].type == "reasoning"
+    assert other.output[0].encrypted_content is None
+    # Log probabilities are not served: said, not silently left out.
+    with pytest.raises(openai.BadRequestError, match=r"message\.output_text\.logprobs"):
+        client.responses.create(
+            model=MODEL, input="Hello", include=["message.output_text.logprobs"]
+        )
 
 
 def test_the_raw_body(gateway: Proc) -> None:

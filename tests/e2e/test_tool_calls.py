@@ -294,3 +294,81 @@ def test_unknown_named_tool_is_a_400(client: openai.OpenAI) -> None:
             max_tokens=50,
         )
     assert "tool_choice" in str(caught.value)
+
+
+TWO_CALLS = [{"name": "get_weather", "arguments": OSLO}, {"name": "now", "arguments": {}}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_parallel_tool_calls_false_gives_one_call_on_every_face(
+    stack: tuple[Proc, Proc], stream: bool
+) -> None:
+    """The model would make two calls; a client that turned parallel calls off gets the first,
+    whole, and a finish that asks for its result (the engine stops where that call closes)."""
+    url = stack[1].url
+    steer = _steer(tool_call_list=TWO_CALLS)
+    chat = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    for parallel, expected in ((True, 2), (False, 1)):
+        kwargs: dict[str, Any] = {"model": MODEL, "messages": USER, "tools": TOOLS}
+        answer = chat.chat.completions.create(
+            **kwargs, parallel_tool_calls=parallel, max_tokens=300, extra_body=steer
+        )
+        calls = answer.choices[0].message.tool_calls or []
+        assert len(calls) == expected
+        assert answer.choices[0].finish_reason == "tool_calls"
+    responses_tools = [{"type": "function", **t["function"]} for t in TOOLS]
+    body = {"model": MODEL, "input": "Weather?", "tools": responses_tools, "stream": stream}
+    one = _post(url + "/v1/responses", {**body, "parallel_tool_calls": False, **steer})
+    calls = [i for i in one["output"] if i["type"] == "function_call"]
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("get_weather", OSLO)]
+    anthropic_tools = [
+        {"name": t["function"]["name"], "input_schema": t["function"].get("parameters", {})}
+        for t in TOOLS
+    ]
+    message = {
+        "model": MODEL,
+        "max_tokens": 300,
+        "messages": USER,
+        "tools": anthropic_tools,
+        "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+        "stream": stream,
+        **steer,
+    }
+    answer_one = _post(url + "/v1/messages", message)
+    uses = [b for b in answer_one["content"] if b["type"] == "tool_use"]
+    assert [(u["name"], u["input"]) for u in uses] == [("get_weather", OSLO)]
+    assert answer_one["stop_reason"] == "tool_use"
+
+
+def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A non-streamed answer, or a streamed one's final object (response.completed's response,
+    or an Anthropic message rebuilt from its content blocks)."""
+    response = httpx.post(url, json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    if not body.get("stream"):
+        return dict(response.json())
+    events = [
+        json.loads(line[len("data: ") :])
+        for line in response.text.splitlines()
+        if line.startswith("data: {")
+    ]
+    for event in events:
+        if event.get("type") == "response.completed":
+            return dict(event["response"])
+    blocks: dict[int, dict[str, Any]] = {}
+    partial: dict[int, str] = {}
+    stop_reason = None
+    for event in events:
+        if event["type"] == "content_block_start":
+            blocks[event["index"]] = dict(event["content_block"])
+        elif (
+            event["type"] == "content_block_delta" and event["delta"]["type"] == "input_json_delta"
+        ):
+            partial[event["index"]] = (
+                partial.get(event["index"], "") + event["delta"]["partial_json"]
+            )
+        elif event["type"] == "message_delta":
+            stop_reason = event["delta"].get("stop_reason")
+    for index, text in partial.items():
+        blocks[index]["input"] = json.loads(text)
+    return {"content": [blocks[i] for i in sorted(blocks)], "stop_reason": stop_reason}

@@ -412,4 +412,7 @@ def to_core(
         clamp_max_tokens=True,
         custom_params=custom_params,
         images=images or None,
+        parallel_tool_calls=not (
+            request.tool_choice is not None and request.tool_choice.disable_parallel_tool_use
+        ),
     )

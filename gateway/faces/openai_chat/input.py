@@ -194,6 +194,7 @@ def _core(
         # No max_tokens: as much as the context leaves, not the default past it (the real
         # engine refuses prompt + default_max_tokens beyond its context outright).
         clamp_max_tokens=request.requested_max_tokens is None,
+        parallel_tool_calls=request.parallel_tool_calls is not False,
     )
 
 

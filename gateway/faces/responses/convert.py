@@ -226,7 +226,7 @@ class _Converter:
         if not isinstance(item, dict):
             raise _bad(where, "an input item must be an object.")
         kind = item.get("type", "message" if "role" in item else None)
-        if not isinstance(kind, str):
+        if kind is not None and not isinstance(kind, str):
             raise _bad(f"{where}.type", "an input item's type must be a string.")
         if kind == "message":
             self._message(item, where)

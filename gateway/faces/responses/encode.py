@@ -3,9 +3,10 @@ the openai SDK's responses.stream() checks) or as one response object.
 
 `ItemWriter` is the one state machine both paths share: items open in output order
 (reasoning, message, function_call, custom_tool_call), a message's content part opens before its
-text deltas, each item's `done` event repeats its type and id, and a reasoning item always
-carries `encrypted_content` (gateway.core.reasoning_codec) so a `store: false` client that
-replays it gets the same prompt back.
+text deltas, each item's `done` event repeats its type and id, and a reasoning item carries
+`encrypted_content` (gateway.core.reasoning_codec) when the request's `include` asks for
+`reasoning.encrypted_content` (as Codex does), so a `store: false` client that replays it gets
+the same prompt back; its `content` holds the same text for clients that do not ask.
 """
 
 from __future__ import annotations
@@ -78,8 +79,11 @@ def response_object(
 class ItemWriter:
     """Parsed deltas -> Responses output-item events (dicts, no sequence numbers yet)."""
 
-    def __init__(self, codec: ReasoningCodec, names: ToolNames, rid: str) -> None:
+    def __init__(
+        self, codec: ReasoningCodec, names: ToolNames, rid: str, *, encrypted: bool = True
+    ) -> None:
         self._codec = codec
+        self._encrypted = encrypted
         self._names = names
         self._rid = rid
         self.items: list[dict[str, Any]] = []  # finished items, in output order
@@ -239,7 +243,8 @@ class ItemWriter:
                 {"type": "response.reasoning_text.done", **common, "content_index": 0, "text": text}
             )
             item["content"] = [{"type": "reasoning_text", "text": text}]
-            item["encrypted_content"] = self._codec.encode(text)
+            if self._encrypted:
+                item["encrypted_content"] = self._codec.encode(text)
         elif kind == "message":
             part = {"type": "output_text", "text": text, "annotations": []}
             events.append(
@@ -444,19 +449,21 @@ class ResponsesAnswer:
         codec: ReasoningCodec,
         names: ToolNames,
         on_done: Completed | None,
+        encrypted_reasoning: bool = True,
     ) -> None:
         self._rid = rid
         self._info = info
         self._codec = codec
         self._names = names
         self._on_done = on_done
+        self._encrypted = encrypted_reasoning
 
     @property
     def headers(self) -> Mapping[str, str]:
         return {}
 
     def _writer(self) -> ItemWriter:
-        return ItemWriter(self._codec, self._names, self._rid)
+        return ItemWriter(self._codec, self._names, self._rid, encrypted=self._encrypted)
 
     def stream_encoder(self) -> ResponseStream:
         return ResponseStream(self._info, self._writer(), self._on_done)

@@ -36,6 +36,8 @@ from gateway.state import AppState
 API = "responses"
 router = APIRouter()
 
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+LOGPROBS = "message.output_text.logprobs"
 _WANTED = (
     b"authorization",
     b"content-length",
@@ -110,6 +112,12 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
         except ValidationError as exc:
             text, param = validation_message(exc)
             raise InvalidRequestError(text, param=param, code="invalid_value") from exc
+        if LOGPROBS in (request.include or ()):
+            raise InvalidRequestError(
+                f"include: {LOGPROBS!r} is not served here (the gateway returns no log "
+                "probabilities); leave it out.",
+                param="include",
+            )
         history = await _history(state, request)
         core, names, conversation = _core(state, request, raw, len(body), headers, history)
         # Any model name is served by the served model, echoed back in the answer.
@@ -141,6 +149,7 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
         codec=state.reasoning_codec,
         names=names,
         on_done=stored if request.store else None,
+        encrypted_reasoning=ENCRYPTED_REASONING in (request.include or ()),
     )
     run = Run(state, core, answer, record, scope_state, keepalive_s=settings.responses.keepalive_s)
     response = await run.respond(receive)
@@ -220,6 +229,7 @@ def _core(
         body_bytes=size,
         thinking=thinking,
         clamp_max_tokens=True,
+        parallel_tool_calls=request.parallel_tool_calls is not False,
         custom_params=extra.get("custom_params"),
         images=images or None,
     )
