@@ -25,7 +25,7 @@ from gateway.core.relay import Relay, error_kind
 from gateway.core.request import CoreRequest
 from gateway.core.retry import backoff_s, classify_failure, route_context
 from gateway.engine_stream import EngineStream
-from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError
+from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError, NoReplicaError
 from gateway.media import CheckedImage, ImageRef
 from gateway.observability.timeline import RequestRecord
 from gateway.routing import Outcome, Replica, RequestContext, TurnOutput
@@ -329,6 +329,18 @@ def extra_tokens(images: list[CheckedImage]) -> int:
     """What images add to the prompt's text tokens: each marker's image token becomes the
     image's own tokens (CheckedImage.tokens counts the begin/end markers too)."""
     return sum(image.tokens - 3 for image in images)
+
+
+async def count_prompt_tokens(state: AppState, request: CoreRequest) -> int:
+    """The tokens `request`'s prompt would take, images included: rendered here, counted by
+    an up engine's own tokenizer (Anthropic's count_tokens, Responses' input_tokens)."""
+    checked = await resolve_images(state, request)
+    prompt, order = await render_prompt(state, request)
+    replica = next((r for r in state.picker.replicas if r.healthy), None)
+    if replica is None:
+        raise NoReplicaError("No engine replica is up to count tokens; retry shortly.")
+    count = await state.engine.count_prompt_tokens(replica, prompt)
+    return count + extra_tokens([checked[i] for i in order])
 
 
 async def render_prompt(state: AppState, request: CoreRequest) -> tuple[str, list[int]]:

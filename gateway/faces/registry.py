@@ -59,6 +59,13 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         admitted=True,
     ),
     Endpoint(
+        "/v1/responses/input_tokens",
+        responses_route.serve_input_tokens,
+        "responses",
+        _openai_error,
+        admitted=False,
+    ),
+    Endpoint(
         "/v1/messages/count_tokens",
         anthropic_route.serve_count_tokens,
         "anthropic",

@@ -253,6 +253,34 @@ def test_include_is_honoured(client: openai.OpenAI) -> None:
         )
 
 
+def test_input_tokens_equals_what_the_request_then_takes(
+    client: openai.OpenAI, gateway: Proc
+) -> None:
+    """POST /v1/responses/input_tokens (the openai package's responses.input_tokens.count):
+    the count before sending is the usage the same request then reports."""
+    tool = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+    request: dict[str, Any] = {
+        "model": MODEL,
+        "instructions": "You count.",
+        "input": [{"role": "user", "content": "How many tokens is this?"}],
+        "tools": [tool],
+        "reasoning": {"effort": "low"},
+    }
+    counted = client.responses.input_tokens.count(**request)
+    assert counted.object == "response.input_tokens"
+    answer = client.responses.create(
+        **request, max_output_tokens=32, extra_body=sim_body(reasoning_tokens=2, content_tokens=2)
+    )
+    assert answer.usage is not None
+    assert counted.input_tokens == answer.usage.input_tokens
+    # The request's own mistakes are the same 400s as on /v1/responses.
+    bad = httpx.post(
+        gateway.url + "/v1/responses/input_tokens",
+        json={"model": MODEL, "input": "x", "reasoning": {"effort": "turbo"}},
+    )
+    assert openai_error(bad, 400)["param"] == "reasoning.effort"
+
+
 def test_the_raw_body(gateway: Proc) -> None:
     body = {"model": MODEL, "input": "Hi", **sim_body(reasoning_tokens=4, content_tokens=4)}
     response = httpx.post(gateway.url + "/v1/responses", json=body, timeout=30)

@@ -17,8 +17,8 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.core.images import ImageSlots
 from gateway.core.request import CoreRequest, Sampling, SessionHints
-from gateway.core.run import Run, extra_tokens, render_prompt, resolve_images
-from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError, NoReplicaError
+from gateway.core.run import Run, count_prompt_tokens
+from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError
 from gateway.faces.anthropic.convert import (
     API,
     Headers,
@@ -129,13 +129,7 @@ async def _count(state: AppState, scope: Scope, receive: Receive) -> Response:
         thinking=thinking_on(request),
         images=images or None,
     )
-    checked = await resolve_images(state, core)
-    prompt, order = await render_prompt(state, core)
-    replica = next((r for r in state.picker.replicas if r.healthy), None)
-    if replica is None:
-        raise NoReplicaError("No engine replica is up to count tokens; retry shortly.")
-    count = await state.engine.count_prompt_tokens(replica, prompt)
-    count += extra_tokens([checked[i] for i in order])
+    count = await count_prompt_tokens(state, core)
     return Response(
         orjson.dumps({"input_tokens": count}),
         media_type="application/json",

@@ -17,7 +17,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.core.images import ImageSlots
 from gateway.core.request import CoreRequest, Sampling, SessionHints
-from gateway.core.run import Run
+from gateway.core.run import Run, count_prompt_tokens
 from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError, NotFoundError
 from gateway.faces.headers import read_headers
 from gateway.faces.openai_chat.input import check_counts, load_json_body, read_body
@@ -240,6 +240,39 @@ async def serve_responses(scope: Scope, receive: Receive, send: Send) -> None:
     """POST /v1/responses as a bare ASGI app."""
     try:
         response = await _respond(scope["app"].state.flashbox, scope, receive)
+    except GatewayError as exc:
+        response = error_response(exc)
+    except ClientDisconnected:
+        return
+    await response(scope, receive, send)
+
+
+async def _input_tokens(state: AppState, scope: Scope, receive: Receive) -> Response:
+    headers = read_headers(scope["headers"], _WANTED)
+    state.auth.check(headers.get(b"authorization"))
+    limits = state.settings.limits
+    body = await read_body(receive, headers.get(b"content-length"), limits.max_body_bytes)
+    raw = load_json_body(body, limits, state.settings.media.json_bypass_min_bytes)
+    check_counts(raw, limits)
+    try:
+        request = ResponsesRequest.model_validate(raw)
+    except ValidationError as exc:
+        text, param = validation_message(exc)
+        raise InvalidRequestError(text, param=param, code="invalid_value") from exc
+    history = await _history(state, request)
+    core, _, _ = _core(state, request, raw, len(body), headers, history)
+    count = await count_prompt_tokens(state, core)
+    return Response(
+        orjson.dumps({"object": "response.input_tokens", "input_tokens": count}),
+        media_type="application/json",
+    )
+
+
+async def serve_input_tokens(scope: Scope, receive: Receive, send: Send) -> None:
+    """POST /v1/responses/input_tokens: what a /v1/responses request with this body would take
+    as input tokens, before sending it (rendered here, counted by the engine's tokenizer)."""
+    try:
+        response = await _input_tokens(scope["app"].state.flashbox, scope, receive)
     except GatewayError as exc:
         response = error_response(exc)
     except ClientDisconnected:
