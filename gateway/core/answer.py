@@ -24,6 +24,18 @@ class Usage:
     # Completion tokens up to the end of the reasoning, as counted at the engine event that
     # ended it (exact to within that event's tokens; events carry one token or a few).
     reasoning_tokens: int = 0
+    # Prompt tokens this request newly left checkpointed for the next turn: the prompt rounded
+    # down to the engine's checkpoint interval, less what it read from the cache (Anthropic's
+    # cache_creation_input_tokens).
+    cache_created_tokens: int = 0
+
+
+def cache_created(prompt_tokens: int, cached_tokens: int, interval: int) -> int:
+    """Prompt tokens a request newly leaves checkpointed: its prompt rounded down to the
+    engine's checkpoint interval (0: unknown, nothing claimed), less what it read."""
+    if interval <= 0:
+        return 0
+    return max(0, prompt_tokens // interval * interval - cached_tokens)
 
 
 @dataclass(frozen=True, slots=True)

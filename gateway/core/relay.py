@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway.core.answer import Collector, Finish, StreamEncoder, Usage
+from gateway.core.answer import Collector, Finish, StreamEncoder, Usage, cache_created
 from gateway.engine_stream import EngineEvent, EngineStream
 from gateway.errors import GatewayError, InvalidRequestError, UpstreamStreamError
 from gateway.observability.timeline import RequestRecord
@@ -40,10 +40,13 @@ class Relay:
         record: RequestRecord,
         on_first_token: Callable[[], None] | None = None,
         kept_stop: str | None = None,
+        checkpoint_interval: int = 0,
     ) -> None:
         self._engine = engine
         # A stop string that belongs to the output (DecodingConstraint.kept_stop).
         self._kept_stop = kept_stop
+        # Tokens between the engine's prefix-cache checkpoints (0: unknown).
+        self._interval = checkpoint_interval
         # Told once, when the engine's first token arrives (its prefill is done).
         self._on_first_token = on_first_token
         # The engine's text as it came, for routing's output promise (gateway.routing.affinity).
@@ -157,11 +160,13 @@ class Relay:
         for call in self._parser.rejected_tool_calls:
             rejected.labels(reason=call.reason).inc()
         meta, record = self._meta, self._record
+        prompt, cached = _int(meta.get("prompt_tokens")), _int(meta.get("cached_tokens"))
         usage = self._usage = Usage(
-            prompt_tokens=_int(meta.get("prompt_tokens")),
+            prompt_tokens=prompt,
             completion_tokens=_int(meta.get("completion_tokens")),
-            cached_tokens=_int(meta.get("cached_tokens")),
+            cached_tokens=cached,
             reasoning_tokens=self._reasoning_tokens,
+            cache_created_tokens=cache_created(prompt, cached, self._interval),
         )
         record.prompt_tokens = usage.prompt_tokens
         record.completion_tokens = usage.completion_tokens

@@ -29,6 +29,7 @@ from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError,
 from gateway.media import CheckedImage, ImageRef
 from gateway.observability.timeline import RequestRecord
 from gateway.routing import Outcome, Replica, RequestContext, TurnOutput
+from gateway.routing.capacity import track_interval
 from gateway.routing.session_key import digest_text
 from gateway.sampling import add_constraint, generate_body
 from gateway.state import AppState
@@ -168,6 +169,9 @@ class Run:
             record=record,
             on_first_token=self._prefilled,
             kept_stop=constraint.kept_stop,
+            checkpoint_interval=(
+                track_interval(self._replica, state.settings.routing) if self._replica else 0
+            ),
         )
         return self._relay
 

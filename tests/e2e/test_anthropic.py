@@ -120,6 +120,40 @@ def prompt_tokens(usage: anthropic.types.Usage) -> int:
 # -- create and stream ----------------------------------------------------------------------------
 
 
+def test_cache_creation_is_what_the_request_newly_checkpointed(client: anthropic.Anthropic) -> None:
+    """Peers report 0: here it is the prompt rounded down to the engine's checkpoint interval
+    (1 token on this module's simulator; the rounding is tested on the relay) less what was
+    read, so a turn that extends the last one creates only its new part, and the three counts
+    add up to the prompt."""
+    interval = 1
+    system = "You are a patient assistant. " * 200
+    turn: list[Any] = [{"role": "user", "content": "Tell me about the notes."}]
+    short = sim_body(reasoning_tokens=2, content_tokens=2)
+    session = {"x-claude-code-session-id": "cache-creation-session"}
+    first = client.messages.create(
+        model=MODEL, max_tokens=16, system=system, messages=turn, extra_body=short,
+        extra_headers=session,
+    )  # fmt: skip
+    usage = first.usage
+    total = prompt_tokens(usage)
+    assert (usage.cache_read_input_tokens or 0) == 0
+    assert usage.cache_creation_input_tokens == total // interval * interval > 0
+    assert usage.input_tokens == total - usage.cache_creation_input_tokens
+    follow_up: list[Any] = [
+        *turn,
+        {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+        {"role": "user", "content": "And then? " * 80},
+    ]
+    second = client.messages.create(
+        model=MODEL, max_tokens=16, system=system, messages=follow_up, extra_body=short,
+        extra_headers=session,
+    )  # fmt: skip
+    read = second.usage.cache_read_input_tokens or 0
+    created = second.usage.cache_creation_input_tokens or 0
+    assert read >= usage.cache_creation_input_tokens  # the first turn's checkpoint was read
+    assert read + created == prompt_tokens(second.usage) // interval * interval
+
+
 def test_create(client: anthropic.Anthropic) -> None:
     message = client.messages.create(
         model=MODEL,
@@ -138,7 +172,8 @@ def test_create(client: anthropic.Anthropic) -> None:
     assert thinking.signature.startswith("fbx1.")
     assert message.stop_reason == "end_turn"
     assert message.stop_sequence is None
-    assert message.usage.cache_creation_input_tokens == 0
+    # A checkpoint every token here: the whole (uncached) prompt is newly checkpointed.
+    assert message.usage.cache_creation_input_tokens == prompt_tokens(message.usage)
     assert message.usage.output_tokens > 0
     assert prompt_tokens(message.usage) > 0
     assert message._request_id
@@ -381,7 +416,8 @@ def test_turn_two_extends_turn_one_on_the_engine(
     cached = second.usage.cache_read_input_tokens or 0
     assert cached > first_prompt, "turn 2 did not extend turn 1's prompt + output"
     assert cached in _sequence_hits(first_prompt)
-    assert second.usage.input_tokens == prompt_tokens(second.usage) - cached
+    created = second.usage.cache_creation_input_tokens or 0
+    assert second.usage.input_tokens + created == prompt_tokens(second.usage) - cached
 
 
 def test_the_control_edited_thinking_without_our_signature_misses(

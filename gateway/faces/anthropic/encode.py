@@ -148,11 +148,15 @@ def stop_reason(finish: Finish, made_tool_use: bool, stops: tuple[str, ...]) -> 
 
 
 def usage_body(finish: Finish) -> dict[str, int]:
-    """Anthropic's split: input_tokens excludes what the prefix cache served."""
+    """Anthropic's split: input_tokens excludes what the prefix cache served; the cache
+    creation is what this request newly checkpointed (Usage.cache_created_tokens), which an
+    agent client can add up to see what its session keeps on the engine."""
     usage = finish.usage
+    # The three add up to the prompt, as Anthropic's do (Claude Code sums them for its context).
+    fresh = max(usage.prompt_tokens - usage.cached_tokens, 0)
     return {
-        "input_tokens": max(usage.prompt_tokens - usage.cached_tokens, 0),
-        "cache_creation_input_tokens": 0,
+        "input_tokens": fresh - min(usage.cache_created_tokens, fresh),
+        "cache_creation_input_tokens": min(usage.cache_created_tokens, fresh),
         "cache_read_input_tokens": usage.cached_tokens,
         "output_tokens": usage.completion_tokens,
     }
