@@ -12,13 +12,23 @@ conversation on its checkpoint (the gateway's flashbox_affinity_total).
 
 from __future__ import annotations
 
+import base64
+import io
+import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
+from PIL import Image
 
-from scripts.record_session_shape import CLIENTS
-from tests.support.cli_sessions import SCENARIOS, run_scenario
-from tests.support.npm_cli import INSTALL_TIMEOUT_S
+from scripts.record_session_shape import API_KEY, CLIENTS
+from tests.support import agent_cli
+from tests.support.cli_sessions import SCENARIOS, Stack, run_scenario, scripted_stack
+from tests.support.npm_cli import INSTALL_TIMEOUT_S, run_cli
+from tests.support.procs import REPO_ROOT
 
 # The first use installs each CLI (an npm download each).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(INSTALL_TIMEOUT_S + 600)]
@@ -48,3 +58,190 @@ def test_a_long_session_compacts_resumes_and_keeps_its_checkpoints(
         f"{report.compactions} compactions, outcomes "
         f"{ {f'{o}/{k}': int(n) for (o, k), n in report.affinity.items() if n} }"
     )
+
+
+# -- Claude Code's tool search behind the gateway ----------------------------------------------
+
+SEARCH_PROMPT = "Use the catalog to find open"
+TOPICS = ("invoices.", "tickets.", "alerts.", "builds.")
+LOOKUP = "mcp__catalog__lookup_042"
+TOOL_SEARCH_SCRIPT = {
+    "max_calls": 40,
+    "rules": [
+        {
+            "when": SEARCH_PROMPT,
+            "steps": [
+                [{"name": "ToolSearch", "arguments": {"query": f"select:{LOOKUP}"}}],
+                [{"name": LOOKUP, "arguments": {"query": "open invoices"}}],
+            ],
+            "final": "Looked it up.",
+        },
+        {"when_no_tools": True, "final": "Catalog lookup"},
+        {"final": "Nothing to do."},
+    ],
+}
+
+
+def _claude_search_run(
+    claude: Path, stack: Stack, home: Path, work: Path, mcp: Path, search: bool, topic: str
+) -> dict[str, Any]:
+    env = agent_cli.headless_env(
+        home, stack.url, API_KEY, hint_headers=True,
+        extra={"ENABLE_TOOL_SEARCH": "true" if search else "false"},
+    )  # fmt: skip
+    argv = agent_cli.headless_argv(
+        claude,
+        f"{SEARCH_PROMPT} {topic}",
+        max_turns=6,
+        extra_args=["--mcp-config", str(mcp), "--strict-mcp-config", "--allowedTools", LOOKUP],
+    )
+    returncode, stdout, stderr = run_cli(argv, env=env, cwd=work, timeout=300)
+    assert returncode == 0, (stdout[-2000:], stderr[-2000:])
+    result = json.loads(stdout)
+    assert result["result"] == "Looked it up." if search else not result["is_error"], result
+    return dict(result)
+
+
+def test_claude_code_tool_search_keeps_deferred_tools_out_of_the_prompt(tmp_path: Path) -> None:
+    """ENABLE_TOOL_SEARCH=true against a local MCP server with 100 tools: the model finds a
+    tool with ToolSearch, Claude Code sends it (deferred) with a tool_reference result, and the
+    model calls it. The prompt carries only what was referenced (its count, by the gateway's
+    own count_tokens, is a fraction of the prompt with every tool), and later sessions with the
+    same head start from the head's checkpoint."""
+    claude = agent_cli.claude_code_or_skip()
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    mcp = tmp_path / "mcp.json"
+    server = {"command": sys.executable, "args": ["-m", "tests.support.mcp_catalog"]}
+    server["env"] = {"PYTHONPATH": str(REPO_ROOT)}  # type: ignore[assignment]
+    mcp.write_text(json.dumps({"mcpServers": {"catalog": server}}))
+    with scripted_stack(TOOL_SEARCH_SCRIPT) as stack:
+        # Three sessions, same project: the gateway checkpoints a head once a second session
+        # shares it (gateway.core.heads), and the third starts from that checkpoint.
+        for topic in TOPICS[:3]:
+            _claude_search_run(claude, stack, home, work, mcp, search=True, topic=topic)
+        searched = [e for e in stack.proxy.exchanges if e.path.startswith("/v1/messages?")]
+        _claude_search_run(
+            claude, stack, tmp_path / "home-all", work, mcp, search=False, topic=TOPICS[3]
+        )
+        everything = [e for e in stack.proxy.exchanges if e.path.startswith("/v1/messages?")]
+        everything = everything[len(searched) :]
+        assert stack.proxy.failed() == []
+        outcomes = {k: v for k, v in _affinity(stack).items() if v}
+        sent = [e.body for e in searched if isinstance(e.body, dict) and e.body.get("tools")]
+        first = sent[0]
+        names = [t["name"] for t in first["tools"]]
+        assert "ToolSearch" in names
+        assert not [n for n in names if n.startswith("mcp__")]  # deferred: none sent yet
+        referenced = [t for body in sent for t in body["tools"] if t["name"] == LOOKUP]
+        assert referenced
+        assert all(t.get("defer_loading") is True for t in referenced)
+        results = [
+            block
+            for body in sent
+            for block in body["messages"][-1]["content"]
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
+        assert any(
+            part.get("type") == "tool_reference" and part.get("tool_name") == LOOKUP
+            for block in results
+            for part in block["content"]
+            if isinstance(part, dict)
+        )
+        assert any("lookup_042: " in json.dumps(block["content"]) for block in results)
+        with_search = _count(stack, first)
+        all_tools = next(e.body for e in everything if isinstance(e.body, dict))
+        assert len([t for t in all_tools["tools"] if t["name"].startswith("mcp__")]) == 100
+        without_search = _count(stack, all_tools)
+        assert with_search * 2 < without_search, (with_search, without_search)
+    # A later session's first request found the head checkpoint the earlier ones left.
+    assert outcomes.get(("head_hit", "main"), 0) >= 1, outcomes
+    assert outcomes.get(("verified_miss", "main"), 0) == 0, outcomes
+    print(f"tool search: prompt {with_search} tokens, {without_search} with every tool; {outcomes}")
+
+
+def _count(stack: Stack, body: dict[str, Any]) -> int:
+    keep = ("model", "messages", "system", "tools", "thinking", "tool_choice")
+    request = {k: v for k, v in body.items() if k in keep}
+    response = httpx.post(
+        stack.gateway.url + "/v1/messages/count_tokens",
+        json=request,
+        headers={"x-api-key": API_KEY},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    return int(response.json()["input_tokens"])
+
+
+def _affinity(stack: Stack) -> dict[tuple[str, str], float]:
+    return {
+        (labels["outcome"], labels["lineage"]): value
+        for labels, value in stack.samples("flashbox_affinity_total")
+    }
+
+
+# -- an image pasted into a Claude Code turn -----------------------------------------------
+
+
+def test_claude_code_turns_with_a_pasted_image_keep_their_checkpoint(tmp_path: Path) -> None:
+    """A headless turn that pastes an image (stream-json input, as the SDKs send it), then two
+    more turns of the same session: the image reaches the engine, every request is a 2xx,
+    and the later turns are verified hits (the image stays where it was in the prompt)."""
+    claude = agent_cli.claude_code_or_skip()
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    image = base64.b64encode(_png(64, 48)).decode()
+    script = {"max_calls": 0, "rules": [{"final": "A red rectangle."}]}
+    with scripted_stack(script) as stack:
+        env = agent_cli.headless_env(home, stack.url, API_KEY, hint_headers=True)
+        session = None
+        prompts: list[list[dict[str, Any]]] = [
+            [
+                {"type": "text", "text": "What is in this picture?"},
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": image},
+                },
+            ],
+            [{"type": "text", "text": "And its colour?"}],
+            [{"type": "text", "text": "Thanks."}],
+        ]
+        for content in prompts:
+            line = {"type": "user", "message": {"role": "user", "content": content}}
+            argv = [
+                str(claude), "-p", "--input-format", "stream-json", "--output-format",
+                "stream-json", "--verbose", "--permission-mode", "dontAsk", "--max-turns", "2",
+                *(["--resume", session] if session else []),
+            ]  # fmt: skip
+            done = subprocess.run(
+                argv, input=json.dumps(line) + "\n", env=env, cwd=work, capture_output=True,
+                text=True, timeout=180, check=False,
+            )  # fmt: skip
+            events = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+            results = [e for e in events if e.get("type") == "result"]
+            assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+            assert results, done.stdout[-2000:]
+            assert results[-1]["result"] == "A red rectangle."
+            session = results[-1]["session_id"]
+        assert stack.proxy.failed() == []
+        turns = [
+            e.body
+            for e in stack.proxy.exchanges
+            if e.path.startswith("/v1/messages?")
+            and isinstance(e.body, dict)
+            and e.body.get("tools")
+        ]
+        images_sent = [json.dumps(body["messages"]).count('"type": "image"') for body in turns]
+        assert images_sent[0] == 1
+        assert all(n == 1 for n in images_sent)  # the image stays in the history
+        outcomes = {k: v for k, v in _affinity(stack).items() if v}
+        image_count = sum(v for labels, v in stack.samples("flashbox_media_images_total"))
+    assert image_count >= len(turns)
+    assert outcomes.get(("verified_miss", "main"), 0) == 0, outcomes
+    assert outcomes.get(("hit", "main"), 0) >= 2, outcomes
+
+
+def _png(width: int, height: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(out, format="PNG")
+    return out.getvalue()

@@ -18,7 +18,7 @@ import contextlib
 import json
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,7 +113,14 @@ class Stack:
 @contextlib.contextmanager
 def cli_stack(client: Client, work: Path, sim_flags: Sequence[str] = ()) -> Iterator[Stack]:
     """A keyed gateway in front of one simulator scripted with the client's plan."""
-    script = sim_script(plans(client.tools(work), client.compaction))
+    with scripted_stack(sim_script(plans(client.tools(work), client.compaction)), sim_flags) as s:
+        yield s
+
+
+@contextlib.contextmanager
+def scripted_stack(script: Mapping[str, Any], sim_flags: Sequence[str] = ()) -> Iterator[Stack]:
+    """A gateway (key API_KEY) in front of one simulator following `script`
+    (engine/sim/script.py), behind a recording proxy."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="sim-script-") as file:
         json.dump(script, file)
         file.flush()

@@ -107,8 +107,11 @@ class Thinking(_Model):
     # beyond the documented three.
     type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: int | None = None
-    # "summarized" (the default) or "omitted" (signature only).
-    display: Literal["summarized", "omitted"] | None = None
+    # How the client shows thinking: "summarized" (the default), "omitted" (signature only),
+    # or what clients send beyond the documented two (Claude Code 2.1.332 sends "updates" in
+    # stream-json mode). It changes nothing the engine does, so any string is served: a 400
+    # here broke a real client (tests/e2e/test_cli_sessions.py).
+    display: StrictStr | None = None
 
 
 class OutputFormat(_Model):
