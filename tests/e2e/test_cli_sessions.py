@@ -24,9 +24,17 @@ import httpx
 import pytest
 from PIL import Image
 
-from scripts.record_session_shape import API_KEY, CLIENTS
-from tests.support import agent_cli
-from tests.support.cli_sessions import SCENARIOS, Stack, run_scenario, scripted_stack
+from scripts.record_session_shape import API_KEY, CLIENTS, Session
+from tests.support import agent_cli, codex_cli
+from tests.support.cli_sessions import (
+    SCENARIOS,
+    Stack,
+    cli_stack,
+    prepare,
+    run_scenario,
+    run_sessions,
+    scripted_stack,
+)
 from tests.support.npm_cli import INSTALL_TIMEOUT_S, run_cli
 from tests.support.procs import REPO_ROOT
 
@@ -245,3 +253,63 @@ def _png(width: int, height: int) -> bytes:
     out = io.BytesIO()
     Image.new("RGB", (width, height), (200, 30, 30)).save(out, format="PNG")
     return out.getvalue()
+
+
+# -- Codex's custom apply_patch tool through the gateway ---------------------------------------
+
+PATCH = "*** Begin Patch\n*** Add File: made.txt\n+hello from the gateway\n*** End Patch\n"
+
+
+def test_codex_apply_patch_round_trips_through_the_gateway(tmp_path: Path) -> None:
+    """With a model catalog entry Codex offers apply_patch as a freeform custom tool (a Lark
+    grammar): the model's call comes back as a custom_tool_call, Codex applies the patch in its
+    workspace-write sandbox, and the next request carries the custom_tool_call_output."""
+    codex = codex_cli.codex_or_skip()
+    work = tmp_path / "work"
+    work.mkdir()
+    script = {
+        "max_calls": 4,
+        "rules": [
+            {
+                "when": "Add the file",
+                "steps": [[{"name": "apply_patch", "arguments": {"input": PATCH}}]],
+                "final": "Patched.",
+            },
+            {"final": "Nothing to do."},
+        ],
+    }
+    with scripted_stack(script) as stack:
+        top = codex_cli.write_model_catalog(tmp_path / "catalog.json")
+        env = codex_cli.codex_env(tmp_path / "home", f"{stack.url}/v1", API_KEY, top_level=top)
+        run = codex_cli.run_codex(
+            codex, "Add the file made.txt.", env=env, cwd=work, sandbox="workspace-write"
+        )
+        assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
+        assert run.final_message == "Patched."
+        assert stack.proxy.failed() == []
+        bodies = [e.body for e in stack.proxy.exchanges if isinstance(e.body, dict)]
+    assert (work / "made.txt").read_text() == "hello from the gateway\n"
+    outputs = [i for i in bodies[-1]["input"] if i.get("type") == "custom_tool_call_output"]
+    calls = [i for i in bodies[-1]["input"] if i.get("type") == "custom_tool_call"]
+    assert [c["input"] for c in calls] == [PATCH]
+    assert [o["call_id"] for o in outputs] == [c["call_id"] for c in calls]
+
+
+@pytest.mark.parametrize("limit", [14000, 17000])
+def test_codex_compacts_at_other_limits_and_keeps_going(limit: int, tmp_path: Path) -> None:
+    """Codex's history after a compaction depends on where in a turn it compacted (between
+    tool rounds, or before a new prompt): more limits, more shapes; each must be served."""
+    client = CLIENTS["codex"]
+    executable = client.install()
+    if isinstance(executable, str):
+        pytest.skip(executable)
+    (scenario,) = SCENARIOS["codex"]
+    session = Session(scenario.prompts, {"model_auto_compact_token_limit": limit})
+    work, home = tmp_path / "work", tmp_path / "home"
+    prepare(work)
+    with cli_stack(client, work) as stack:
+        report = run_sessions(client, executable, stack, home, work, [session])
+    assert report.failed == []
+    assert set(report.refused) <= {"499"}, report.codes
+    assert report.compactions >= 1
+    assert report.outcome("verified_miss") == 0, (report.affinity, report.log)
