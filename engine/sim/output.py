@@ -136,8 +136,10 @@ def plan_output(
     parts.extend(
         render_call(name, args) for name, args in _plan_calls(find_tools(prompt), controls, rng)
     )
-    pieces: list[str] = []
-    # Tags start a fresh token so their split across events depends only on their own length.
-    for part in parts:
-        pieces.extend(split_pieces(part, bytes_per_token))
-    return pieces
+    # One text cut into tokens as a prompt's text is: the next turn's prompt, which carries
+    # this output, then counts the output in (nearly) as many tokens as were generated, as a
+    # real tokenizer re-encodes its own output. Cutting each tag afresh made more tokens here
+    # than the prompt later counts, so a gateway promising prompt + output tokens (the output
+    # promise, gateway/routing/affinity.py) saw the simulator cache one interval short now and
+    # then.
+    return split_pieces("".join(parts), bytes_per_token)

@@ -179,7 +179,12 @@ def test_anthropic_image_blocks_in_user_and_tool_results(gateway: Proc) -> None:
         ],
         tools=[{"name": "shot", "input_schema": {"type": "object"}}],
     )
-    prompt = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
+    usage = message.usage
+    prompt = (
+        usage.input_tokens
+        + (usage.cache_read_input_tokens or 0)
+        + (usage.cache_creation_input_tokens or 0)
+    )
     assert prompt > tokens_of(64, 64) + tokens_of(512, 512)
 
 
@@ -231,7 +236,9 @@ def test_a_large_image_reaches_the_engine_intact(gateway: Proc, face: str) -> No
     # counted its tokens.
     usage = response.json()["usage"]
     prompt = usage.get("prompt_tokens") or (
-        usage["input_tokens"] + (usage.get("cache_read_input_tokens") or 0)
+        usage["input_tokens"]
+        + (usage.get("cache_read_input_tokens") or 0)
+        + (usage.get("cache_creation_input_tokens") or 0)
     )
     assert prompt > tokens_of(640, 480)
 
@@ -310,7 +317,11 @@ def test_the_gateway_counts_image_tokens_with_the_engines_own_bound(kt_gateway: 
     client = anthropic.Anthropic(base_url=kt_gateway.url, api_key="unused", max_retries=0)
     counted = client.messages.count_tokens(model=MODEL, messages=messages).input_tokens
     served = client.messages.create(model=MODEL, max_tokens=8, messages=messages).usage
-    engine = served.input_tokens + (served.cache_read_input_tokens or 0)
+    engine = (
+        served.input_tokens
+        + (served.cache_read_input_tokens or 0)
+        + (served.cache_creation_input_tokens or 0)
+    )
     # The simulator's tokenizer counts the markers' text in 4-byte pieces, where the engine's
     # counts each marker as one token: a few tokens apart, never the 1,914 the bound makes.
     assert abs(counted - engine) <= 8

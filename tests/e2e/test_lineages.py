@@ -67,7 +67,8 @@ def claude_code(gateway: Proc, headers: dict[str, str]) -> anthropic.Anthropic:
 
 def prompt_and_cached(usage: anthropic.types.Usage) -> tuple[int, int]:
     cached = usage.cache_read_input_tokens or 0
-    return usage.input_tokens + cached, cached
+    created = usage.cache_creation_input_tokens or 0
+    return usage.input_tokens + cached + created, cached
 
 
 def live_lineages(gateway: Proc) -> int:
