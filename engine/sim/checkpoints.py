@@ -10,6 +10,16 @@ Each takes one slot; the least recently used checkpoint is evicted when the slot
 A prompt that extends a checkpointed prefix restores the longest such checkpoint and prefills
 only the rest.
 
+The seam: the engine's state after a finished request covers its prompt and output tokens but
+the last (prompt + output - 1). This simulator cuts text into fixed-size byte chunks, so a
+prompt whose last chunk is partial shares that chunk with the output's first bytes when the
+next turn's prompt carries both, as does the output's own partial last chunk with what follows,
+so the sequence can have up to two chunks fewer than the counts say.
+When that moves the sequence's last boundary down an interval, the boundary the counts promise is
+kept as a seam (the sequence's bytes), and made a checkpoint the first time a prompt extends
+those bytes (`match`): the next turn restores what the engine would restore, as a real
+tokenizer, whose generation prompt ends in a special token, leaves no such seam.
+
 Prompt heads (docs/prefix-cache.md): a request may declare that its first tokens are a head
 many sessions share. The head's boundary is then saved too, and a head checkpoint ages as a
 leaf: never demoted, and moved to the most recently used end whenever a prompt restores from
@@ -32,6 +42,8 @@ class CheckpointPool:
         self._entries: OrderedDict[bytes, int] = OrderedDict()
         # The head checkpoints among the entries: key -> boundary (a subset of _entries).
         self._heads: dict[bytes, int] = {}
+        # Seams (above): a finished sequence's bytes -> the boundary its counts promise.
+        self._seams: OrderedDict[bytes, int] = OrderedDict()
         self.evictions = 0
 
     def __len__(self) -> int:
@@ -57,9 +69,10 @@ class CheckpointPool:
 
     def match(self, prompt: TokenSeq) -> tuple[int, bytes | None]:
         """`lookup`, plus the key of the checkpoint restored from (None on a miss)."""
+        limit = min(prompt.full_tokens, prompt.count - 1)
+        self._close_seams(prompt, limit)
         if not self._entries:
             return 0, None
-        limit = min(prompt.full_tokens, prompt.count - 1)
         best_key: bytes | None = None
         best = 0
         heads: list[bytes] = []
@@ -73,11 +86,20 @@ class CheckpointPool:
         self._touch(heads)
         return best, best_key
 
-    def save(self, seq: TokenSeq) -> bytes | None:
-        """Checkpoint seq at its last interval boundary; returns its key (None: too short)."""
+    def save(self, seq: TokenSeq, tokens: int | None = None) -> bytes | None:
+        """Checkpoint seq at its last interval boundary; returns its key (None: too short).
+        `tokens`: the engine's count of the state (a finished request's prompt + output - 1),
+        when its boundary lies past the sequence's chunks (the seam, above)."""
         if self.slots == 0:
             return None
         boundary = self.boundary(seq)
+        promised = (tokens or 0) // self.track_interval * self.track_interval
+        # The counts exceed the chunks by the two partial chunks at most (the prompt's last and
+        # the output's last): anything more is no seam.
+        if boundary < promised and (tokens or 0) <= seq.full_tokens + 2:
+            self._seams[seq.data] = promised
+            while len(self._seams) > self.slots:
+                self._seams.popitem(last=False)
         if boundary == 0:
             return None
         key = self._put(seq, boundary)
@@ -134,6 +156,20 @@ class CheckpointPool:
     def clear(self) -> None:
         self._entries.clear()
         self._heads.clear()
+
+    def _close_seams(self, prompt: TokenSeq, limit: int) -> None:
+        """Seams this prompt carries whole become checkpoints at their promised boundary."""
+        if not self._seams:
+            return
+        data = prompt.data
+        closed = [
+            (seam, point)
+            for seam, point in self._seams.items()
+            if point <= limit and data.startswith(seam)
+        ]
+        for seam, point in closed:
+            del self._seams[seam]
+            self._put(prompt, point)
 
     def _put(self, seq: TokenSeq, boundary: int) -> bytes:
         key = prefix_key(seq, boundary)

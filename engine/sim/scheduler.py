@@ -174,10 +174,12 @@ class Scheduler:
             for superseded in (req.restored_checkpoint, req.prompt_checkpoint):
                 if superseded is not None:
                     self.pool.demote(superseded)
+            # What the engine's state covers: the prompt and all but the last output token.
+            state_tokens = req.prompt_tokens + req.completion_tokens - 1
             if req.params.input_ids is not None:
-                self.pool.save(req.prompt.extend_ids(req.ids))
+                self.pool.save(req.prompt.extend_ids(req.ids), state_tokens)
             else:
-                self.pool.save(req.prompt.extend_text(req.text))
+                self.pool.save(req.prompt.extend_text(req.text), state_tokens)
             self.metrics.mamba_usage.set(self.pool.usage)
         req.changed.set()
 

@@ -77,3 +77,24 @@ def test_slots_hold_as_many_sessions(small_pool: Proc) -> None:
 
 def test_unrelated_prompt_misses(small_pool: Proc) -> None:
     assert _cached(_turn(small_pool.url, "completely different " * 100)) == 0
+
+
+def test_the_seam_between_prompt_and_output_restores_what_the_engine_would() -> None:
+    """A prompt whose last 4-byte chunk is partial shares it with the output in the next turn's
+    prompt, so the sequence has one chunk fewer than prompt + output - 1 (the engine's state).
+    When that is exactly an interval boundary, the next prompt that carries the sequence still
+    restores it, as the engine restores from a tokenizer whose generation prompt ends in a
+    special token."""
+    from engine.sim.checkpoints import CheckpointPool
+    from engine.sim.tokens import from_text
+
+    # The engine holds 8 tokens (boundary 8); the bytes hold 7 full chunks (boundary 0).
+    pool = CheckpointPool(slots=4, track_interval=8)
+    prompt = from_text("p" * 13, 4)
+    output = "o" * 18  # 5 tokens (4+4+4+4+2)
+    sequence = prompt.extend_text(output)  # 31 bytes: 7 full chunks
+    pool.save(sequence, prompt.count + 5 - 1)  # 8 tokens: boundary 8
+    assert pool.boundary(sequence) == 0
+    assert pool.lookup(from_text("p" * 13 + output + "and more text", 4)) == 8
+    # A prompt that does not carry the sequence does not get it.
+    assert pool.lookup(from_text("p" * 13 + "x" * 30, 4)) == 0
