@@ -167,7 +167,7 @@ def question(filler_words: int = 0) -> str:
 
 def count_tokens(client: httpx.Client, engine: str, text: str) -> int:
     """The engine's token count of `text` as a /generate prompt (as the gateway asks it:
-    gateway/upstream.py count_prompt_tokens)."""
+    gateway/upstream/client.py count_prompt_tokens)."""
     body = {"prompt": text, "add_special_tokens": True}
     answer = _bounded_json(client.post(engine + "/tokenize", json=body), "POST /tokenize")
     if isinstance(answer, dict):

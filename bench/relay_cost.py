@@ -33,8 +33,6 @@ from bench.stats import percentile, ratio
 from gateway.core.answer import StreamEncoder
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.relay import Relay
-from gateway.engine_stream import EngineStream
-from gateway.engine_wire import WirePool, WireResponse, _Connection
 from gateway.faces.anthropic.encode import MessageStream
 from gateway.faces.openai_chat.encode import ChunkBuilder
 from gateway.faces.responses.convert import ToolNames
@@ -42,6 +40,8 @@ from gateway.faces.responses.encode import ItemWriter, ResponseInfo, ResponseStr
 from gateway.settings import Settings
 from gateway.state import build_state
 from gateway.stream.text_diff import TextDiffer
+from gateway.upstream.stream import EngineStream
+from gateway.upstream.wire import WirePool, WireResponse, _Connection
 
 MODEL = "glm-5.3-flash"
 # face -> the API label its requests are counted under

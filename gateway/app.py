@@ -22,6 +22,7 @@ from gateway.admission import AdmissionController, AdmissionMiddleware
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.faces.anthropic import errors as anthropic_errors
 from gateway.faces.anthropic import route as anthropic_route
+from gateway.faces.errors import error_response
 from gateway.faces.openai_chat import route as chat
 from gateway.faces.openai_chat.protocol import ChatCompletionRequest
 from gateway.faces.registry import ENDPOINTS, Endpoint, error_body, is_anthropic_path
@@ -29,7 +30,6 @@ from gateway.faces.responses import route as responses_route
 from gateway.media.addresses import HostResolver
 from gateway.middleware import RequestContextMiddleware
 from gateway.routes import admin, health, metrics, models
-from gateway.routes.deps import error_response
 from gateway.settings import Settings, load_settings
 
 log = logging.getLogger("gateway.app")

@@ -89,7 +89,7 @@ class UpstreamSettings(_Section):
     max_event_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     # True when the engine runs with --incremental-streaming-output (events carry only new text).
     incremental_output: bool = False
-    # HTTP client for /generate: "wire" (gateway/engine_wire.py, lean, plain http://) or
+    # HTTP client for /generate: "wire" (gateway/upstream/wire.py, lean, plain http://) or
     # "httpx" (httpx's transport; about twice the CPU per relayed token, see bench/overhead.py).
     client: Literal["wire", "httpx"] = "wire"
     # Pass a request's top-level `custom_params` on to /generate (the simulator reads its
@@ -101,7 +101,7 @@ class UpstreamSettings(_Section):
     control_max_connections: int = Field(default=32, gt=0)
     abort_timeout_s: float = Field(default=1.0, gt=0)
     # How long a streamed request waits for the engine's first event before the client gets
-    # its status (gateway.engine_stream.check_refusal): sglang-kt refuses in-stream within
+    # its status (gateway.upstream.stream.check_refusal): sglang-kt refuses in-stream within
     # milliseconds, and a refusal seen in time is the face's 4xx. A prefill that runs longer
     # is not slowed down: its first token still goes out the moment it comes.
     refusal_wait_s: float = Field(default=0.25, ge=0, le=5)

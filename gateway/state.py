@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
+from starlette.requests import Request
 
 from gateway.auth import ApiKeyChecker
 from gateway.components import load_constraint_builder, load_parser_factory, load_renderer
@@ -15,7 +16,6 @@ from gateway.core.heads import HeadTokens
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.relay import error_kind
 from gateway.errors import GatewayError
-from gateway.faces.responses.store import StoredResponses
 from gateway.media import MediaResolver
 from gateway.media.addresses import HostResolver
 from gateway.observability.metrics import Metrics
@@ -24,6 +24,7 @@ from gateway.parsers.base import ParserFactory
 from gateway.parsers.constraints import DecodingConstraintBuilder
 from gateway.ratelimit import RateLimiter
 from gateway.render.base import Renderer
+from gateway.responses_store import StoredResponses
 from gateway.routing import Replica, ReplicaPicker
 from gateway.routing.build import build_routing
 from gateway.routing.discovery import DnsReplicas, StaticReplicas, resolver_for
@@ -31,7 +32,7 @@ from gateway.routing.health import HealthProber
 from gateway.routing.warm import HeadWarmer
 from gateway.settings import Settings
 from gateway.shared_state import SharedStore
-from gateway.upstream import EngineClient
+from gateway.upstream.client import EngineClient
 
 log = logging.getLogger("gateway.state")
 
@@ -202,3 +203,9 @@ async def stop(state: AppState) -> None:
         await asyncio.wait(state.background, timeout=state.settings.upstream.abort_timeout_s)
     await state.engine.aclose()
     await state.media.aclose()
+
+
+def app_state(request: Request) -> AppState:
+    """The app's state, from a route (built once in the lifespan; see gateway.app)."""
+    state: AppState = request.app.state.flashbox
+    return state

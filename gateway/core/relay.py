@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.core.answer import Collector, Finish, StreamEncoder, Usage, cache_created
-from gateway.engine_stream import EngineEvent, EngineStream
 from gateway.errors import GatewayError, InvalidRequestError, UpstreamStreamError
 from gateway.observability.timeline import RequestRecord
 from gateway.parsers.base import (
@@ -23,6 +22,7 @@ from gateway.parsers.base import (
 )
 from gateway.stream.sse import SendBytes
 from gateway.stream.text_diff import TextDiffer
+from gateway.upstream.stream import EngineEvent, EngineStream
 
 
 def error_kind(error: GatewayError) -> str:

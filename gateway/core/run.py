@@ -24,7 +24,6 @@ from gateway.core.images import check_markers
 from gateway.core.relay import Relay, error_kind
 from gateway.core.request import CoreRequest
 from gateway.core.retry import backoff_s, classify_failure, route_context
-from gateway.engine_stream import EngineStream
 from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError, NoReplicaError
 from gateway.media import CheckedImage, ImageRef
 from gateway.observability.timeline import RequestRecord
@@ -35,6 +34,7 @@ from gateway.sampling import add_constraint, generate_body
 from gateway.state import AppState
 from gateway.stream.response import DisconnectWatcher, SSEResponse
 from gateway.stream.text_diff import TextDiffer
+from gateway.upstream.stream import EngineStream
 
 _SPECIAL_TOKENS_MARGIN = 64
 

@@ -16,11 +16,11 @@ from gateway.admission import ErrorRenderer, LimitHeaders
 from gateway.errors import GatewayError
 from gateway.faces.anthropic import errors as anthropic_errors
 from gateway.faces.anthropic import route as anthropic_route
+from gateway.faces.errors import error_response
 from gateway.faces.openai_chat import route as openai_route
 from gateway.faces.responses import route as responses_route
 from gateway.middleware import openai_error_body
 from gateway.ratelimit import openai_limit_headers
-from gateway.routes.deps import error_response
 
 
 def _openai_error(error: GatewayError, request_id: str) -> Response:

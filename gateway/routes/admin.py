@@ -16,9 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gateway.errors import AuthenticationError, NotFoundError, PermissionDeniedError
-from gateway.routes.deps import app_state
 from gateway.routing import Replica, capacity
-from gateway.state import AppState
+from gateway.state import AppState, app_state
 
 router = APIRouter()
 

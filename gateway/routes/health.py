@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 
-from gateway.routes.deps import app_state
+from gateway.state import app_state
 
 router = APIRouter()
 

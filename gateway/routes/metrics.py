@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.routes.deps import app_state
+from gateway.state import app_state
 
 router = APIRouter()
 

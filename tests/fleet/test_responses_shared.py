@@ -1,4 +1,4 @@
-"""The Responses store on a real redis-server (gateway/faces/responses/store.py, StoredResponses):
+"""The Responses store on a real redis-server (gateway/responses_store.py, StoredResponses):
 a response stored through one gateway is read and deleted through another, the shared store is
 bounded (TTL, entries, bytes per entry), and what the store cannot take stays local."""
 
@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from bench.procs import RedisProc
-from gateway.faces.responses.store import StoredResponses
 from gateway.observability.metrics import Metrics
+from gateway.responses_store import StoredResponses
 from gateway.settings import ResponsesSettings, SharedStateSettings
 from gateway.shared_state import SharedStore
 

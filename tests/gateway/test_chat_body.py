@@ -18,7 +18,7 @@ from starlette.types import Message
 from gateway.admission import AdmissionMiddleware
 from gateway.app import create_app
 from gateway.errors import ClientDisconnected, PayloadTooLargeError
-from gateway.faces.openai_chat.input import _nesting_exceeds, read_body
+from gateway.faces.body import _nesting_exceeds, read_body
 from gateway.faces.openai_chat.route import serve_chat
 from gateway.faces.registry import ENDPOINTS
 from gateway.middleware import RequestContextMiddleware

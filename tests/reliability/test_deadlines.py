@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.engine_stream import EngineStream
 from gateway.errors import UpstreamTimeoutError
+from gateway.upstream.stream import EngineStream
 
 EVENT = b'data: {"text": "hi", "meta_info": {"completion_tokens": 1}}\n\n'
 DONE = b"data: [DONE]\n\n"

@@ -32,7 +32,7 @@ from gateway.faces.anthropic.convert import (
 from gateway.faces.anthropic.encode import MessagesAnswer
 from gateway.faces.anthropic.errors import error_response
 from gateway.faces.anthropic.protocol import CountTokensRequest, MessagesRequest
-from gateway.faces.openai_chat.input import check_counts, load_json_body, read_body
+from gateway.faces.body import check_counts, load_json_body, read_body
 from gateway.faces.validation import validation_message
 from gateway.state import AppState
 

@@ -20,11 +20,12 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.core.run import Run
 from gateway.errors import ClientDisconnected, GatewayError
+from gateway.faces.body import read_body
+from gateway.faces.errors import error_response
 from gateway.faces.headers import read_headers
 from gateway.faces.openai_chat.encode import ChatAnswer
-from gateway.faces.openai_chat.input import API, parse_chat, read_body
-from gateway.routes.deps import app_state, error_response
-from gateway.state import AppState
+from gateway.faces.openai_chat.input import API, parse_chat
+from gateway.state import AppState, app_state
 
 router = APIRouter()
 

@@ -19,8 +19,9 @@ from gateway.core.images import ImageSlots
 from gateway.core.request import CoreRequest, Sampling, SessionHints
 from gateway.core.run import Run, count_prompt_tokens
 from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError, NotFoundError
+from gateway.faces.body import check_counts, load_json_body, read_body
+from gateway.faces.errors import error_response
 from gateway.faces.headers import read_headers
-from gateway.faces.openai_chat.input import check_counts, load_json_body, read_body
 from gateway.faces.responses.convert import (
     convert_input,
     convert_tool_choice,
@@ -30,8 +31,7 @@ from gateway.faces.responses.convert import (
 from gateway.faces.responses.encode import ResponseInfo, ResponsesAnswer
 from gateway.faces.responses.protocol import ResponsesRequest
 from gateway.faces.validation import validation_message
-from gateway.routes.deps import app_state, error_response
-from gateway.state import AppState
+from gateway.state import AppState, app_state
 
 API = "responses"
 router = APIRouter()
@@ -65,7 +65,7 @@ _ECHO = (
 
 async def _history(state: AppState, request: ResponsesRequest) -> list[Any]:
     """The conversation a previous_response_id names, before this request's input (from this
-    gateway's store or the fleet's, gateway.faces.responses.store.StoredResponses)."""
+    gateway's store or the fleet's, gateway.responses_store.StoredResponses)."""
     previous = request.previous_response_id
     if previous is None:
         return []

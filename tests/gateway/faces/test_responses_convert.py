@@ -35,9 +35,9 @@ from gateway.faces.responses.encode import (
     ResponseStream,
 )
 from gateway.faces.responses.protocol import ResponsesRequest
-from gateway.faces.responses.store import ResponseStore, StoredResponses
 from gateway.observability.metrics import Metrics
 from gateway.parsers.registry import get_parser_factory
+from gateway.responses_store import ResponseStore, StoredResponses
 from gateway.settings import Settings
 from gateway.state import AppState
 from tests.gateway.parsers.support import render_call

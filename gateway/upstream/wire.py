@@ -171,7 +171,7 @@ class _Connection(asyncio.Protocol):
         """All body received and not yet read, or None at its end.
 
         Everything buffered comes back at once: the engine sends one HTTP chunk per token,
-        and when this reader falls behind, the reader (gateway.engine_stream) handles a whole
+        and when this reader falls behind, the reader (gateway.upstream.stream) handles a whole
         backlog as one event, which is how a busy gateway catches up instead of falling
         further behind.
         """

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from gateway.engine_wire import (
+from gateway.upstream.wire import (
     WireConnectError,
     WireError,
     WirePool,

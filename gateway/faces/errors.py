@@ -1,19 +1,13 @@
-"""Access to the app's state from a route (built in the lifespan; see gateway.app), and the
-one place a GatewayError becomes its OpenAI-shaped JSON response."""
+"""The one place a GatewayError becomes its OpenAI-shaped JSON response (the chat and Responses
+faces, and the routes that are not a face); the Anthropic face has its own envelope
+(gateway.faces.anthropic.errors)."""
 
 from __future__ import annotations
 
 import orjson
-from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.errors import GatewayError
-from gateway.state import AppState
-
-
-def app_state(request: Request) -> AppState:
-    state: AppState = request.app.state.flashbox
-    return state
 
 
 def error_response(error: GatewayError) -> Response:

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from gateway.engine_stream import EngineEvent, EngineStream
 from gateway.errors import UpstreamStreamError
+from gateway.upstream.stream import EngineEvent, EngineStream
 
 
 class OneReadBody:

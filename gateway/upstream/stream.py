@@ -15,7 +15,6 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
-from gateway.engine_wire import WireError, WireReadTimeout, WireResponse
 from gateway.errors import (
     EngineRefusalError,
     GatewayError,
@@ -23,6 +22,7 @@ from gateway.errors import (
     UpstreamTimeoutError,
     context_error,
 )
+from gateway.upstream.wire import WireError, WireReadTimeout, WireResponse
 
 
 @dataclass(slots=True)

@@ -1,5 +1,5 @@
 """The bounded response store behind `store`, `previous_response_id` and GET/DELETE
-(gateway/faces/responses/store.py): entries and bytes capped, a TTL, oldest evicted first."""
+(gateway/responses_store.py): entries and bytes capped, a TTL, oldest evicted first."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.faces.responses.store import ResponseStore
+from gateway.responses_store import ResponseStore
 from tests.support.clock import Clock
 
 

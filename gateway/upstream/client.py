@@ -1,8 +1,8 @@
 """SGLang's native API as the gateway uses it: POST /generate (streamed), POST /abort_request,
 POST /tokenize.
 
-Reading the streamed body is gateway.engine_stream's job. Generation uses the lean wire client
-(gateway.engine_wire) unless `upstream.client: httpx`; an injected `transport=` (an
+Reading the streamed body is gateway.upstream.stream's job. Generation uses the lean wire client
+(gateway.upstream.wire) unless `upstream.client: httpx`; an injected `transport=` (an
 httpx.MockTransport in the gateway's tests) replaces the network for every call.
 """
 
@@ -15,14 +15,6 @@ from typing import Any
 import httpx
 import orjson
 
-from gateway.engine_stream import EngineStream, HttpxBody, ResponseBody
-from gateway.engine_wire import (
-    WireConnectError,
-    WireError,
-    WirePool,
-    WirePoolTimeout,
-    WireReadTimeout,
-)
 from gateway.errors import (
     EngineUnreachableError,
     GatewayError,
@@ -34,6 +26,14 @@ from gateway.errors import (
 )
 from gateway.routing.replica import Replica
 from gateway.settings import TimeoutSettings, UpstreamSettings
+from gateway.upstream.stream import EngineStream, HttpxBody, ResponseBody
+from gateway.upstream.wire import (
+    WireConnectError,
+    WireError,
+    WirePool,
+    WirePoolTimeout,
+    WireReadTimeout,
+)
 
 log = logging.getLogger("gateway.upstream")
 

@@ -24,7 +24,7 @@ from gateway.errors import (
 )
 from gateway.routing.replica import Replica
 from gateway.settings import UpstreamSettings
-from gateway.upstream import EngineClient
+from gateway.upstream.client import EngineClient
 
 REPLICA = Replica.from_url("http://engine-a:30000")
 PROMPT = "[gMASK]<sop><|user|>héllo 你好 🙂<|assistant|><think>"
