@@ -10,7 +10,7 @@ DEBS := prometheus redis-server
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv debs demo test test-full test-engine engine-cpu lint up down logs bench check-config dashboards device-checks
+.PHONY: help venv debs demo test test-full test-cli test-engine engine-cpu lint up down logs bench check-config dashboards device-checks
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -34,6 +34,12 @@ test: $(STAMP) debs ## the test suite (what CI runs)
 
 test-full: $(STAMP) debs ## the long suites too (15,000 template cases, soak-sized property runs)
 	$(PY) -m pytest -q -m '' $(PYTEST_ARGS)
+
+# Long sessions of the real Claude Code, Codex and opencode CLIs through the gateway over the
+# scripted simulator (each CLI installed from npm once into .cache/agent-cli; skipped without
+# npm). CI runs it after `make test`; `make test-full` includes it.
+test-cli: $(STAMP) ## long sessions of the real agent CLIs through the gateway (compaction, resume, subagents, tool search)
+	$(PY) -m pytest -q -m slow tests/e2e/test_cli_sessions.py $(PYTEST_ARGS)
 
 # The real sglang-kt server on this CPU with a tiny model (docs/engine-cpu.md). Its own
 # virtualenv under .cache/engine-cpu (the image's pins; ~10 GB, ~5 min on first use, reused).

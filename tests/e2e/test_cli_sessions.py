@@ -1,5 +1,5 @@
 """Long sessions of the real Claude Code, Codex and opencode through the gateway (`make
-test-full`; skipped without npm). The fast suite replays what they sent
+test-cli`, which CI runs; skipped without npm). The fast suite replays what they sent
 (tests/e2e/test_session_replay.py).
 
 Each CLI runs its scenario (tests/support/cli_sessions.py) over the scripted simulator: turn
