@@ -13,8 +13,8 @@ only the rest.
 The seam: the engine's state after a finished request covers its prompt and output tokens but
 the last (prompt + output - 1). This simulator cuts text into fixed-size byte chunks, so a
 prompt whose last chunk is partial shares that chunk with the output's first bytes when the
-next turn's prompt carries both, as does the output's own partial last chunk with what follows,
-so the sequence can have up to two chunks fewer than the counts say.
+next turn's prompt carries both, as does every output token shorter than a chunk (the last one,
+one whose characters take several bytes), so the sequence has fewer chunks than the counts say.
 When that moves the sequence's last boundary down an interval, the boundary the counts promise is
 kept as a seam (the sequence's bytes), and made a checkpoint the first time a prompt extends
 those bytes (`match`): the next turn restores what the engine would restore, as a real
@@ -94,9 +94,8 @@ class CheckpointPool:
             return None
         boundary = self.boundary(seq)
         promised = (tokens or 0) // self.track_interval * self.track_interval
-        # The counts exceed the chunks by the two partial chunks at most (the prompt's last and
-        # the output's last): anything more is no seam.
-        if boundary < promised and (tokens or 0) <= seq.full_tokens + 2:
+        # A prompt must still carry the whole sequence, byte for byte, to be given it.
+        if boundary < promised:
             self._seams[seq.data] = promised
             while len(self._seams) > self.slots:
                 self._seams.popitem(last=False)

@@ -372,12 +372,16 @@ def _turn2(
     )
 
 
-def _sequence_hits(turn1_prompt_tokens: int) -> set[int]:
+def _sequence_hits(turn1_prompt_tokens: int, turn1_output_tokens: int) -> set[int]:
     """The cached tokens of a turn 2 that extends turn 1's prompt and output byte for byte:
-    the prompt's bytes are known to 4 (4 bytes per token), the output's exactly."""
+    the engine's state after turn 1 (prompt + output - 1 tokens), or the sequence's whole
+    4-byte chunks where those are more (the prompt's bytes are known to 4, the output's
+    exactly; the simulator's seam, engine/sim/checkpoints.py)."""
     output_bytes = len(TURN1_OUTPUT.encode())
     low = 4 * (turn1_prompt_tokens - 1) + 1
-    return {(size + output_bytes) // 4 for size in range(low, 4 * turn1_prompt_tokens + 1)}
+    state = turn1_prompt_tokens + turn1_output_tokens - 1
+    chunks = {(size + output_bytes) // 4 for size in range(low, 4 * turn1_prompt_tokens + 1)}
+    return {max(state, n) for n in chunks}
 
 
 def _edit_thinking(blocks: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
@@ -415,7 +419,7 @@ def test_turn_two_extends_turn_one_on_the_engine(
     first_prompt = prompt_tokens(first.usage)
     cached = second.usage.cache_read_input_tokens or 0
     assert cached > first_prompt, "turn 2 did not extend turn 1's prompt + output"
-    assert cached in _sequence_hits(first_prompt)
+    assert cached in _sequence_hits(first_prompt, first.usage.output_tokens)
     created = second.usage.cache_creation_input_tokens or 0
     assert second.usage.input_tokens + created == prompt_tokens(second.usage) - cached
 

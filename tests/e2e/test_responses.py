@@ -563,12 +563,16 @@ def _turn2(client: openai.OpenAI, tag: str, items: list[dict[str, Any]]) -> dict
     return create(client, body, **sim_body(reasoning_tokens=4, content_tokens=4))
 
 
-def _sequence_hits(turn1_prompt_tokens: int) -> set[int]:
+def _sequence_hits(turn1_prompt_tokens: int, turn1_output_tokens: int) -> set[int]:
     """The cached tokens of a turn 2 that extends turn 1's prompt and output byte for byte:
-    the prompt's bytes are known to 4 (4 bytes per token), the output's exactly."""
+    the engine's state after turn 1 (prompt + output - 1 tokens), or the sequence's whole
+    4-byte chunks where those are more (the prompt's bytes are known to 4, the output's
+    exactly; the simulator's seam, engine/sim/checkpoints.py)."""
     output_bytes = len(TURN1_OUTPUT.encode())
     low = 4 * (turn1_prompt_tokens - 1) + 1
-    return {(size + output_bytes) // 4 for size in range(low, 4 * turn1_prompt_tokens + 1)}
+    state = turn1_prompt_tokens + turn1_output_tokens - 1
+    chunks = {(size + output_bytes) // 4 for size in range(low, 4 * turn1_prompt_tokens + 1)}
+    return {max(state, n) for n in chunks}
 
 
 def _reasoning(items: list[dict[str, Any]], **changes: Any) -> list[dict[str, Any]]:
@@ -620,7 +624,7 @@ def test_turn_two_extends_turn_one_on_the_engine(
     first_prompt = first["usage"]["input_tokens"]
     cached = _cached(second)
     assert cached > first_prompt, "turn 2 did not extend turn 1's prompt + output"
-    assert cached in _sequence_hits(first_prompt)
+    assert cached in _sequence_hits(first_prompt, first["usage"]["output_tokens"])
     assert second["usage"]["input_tokens"] >= cached
 
 
@@ -651,7 +655,8 @@ def test_previous_response_id_extends_the_stored_turn(client: openai.OpenAI) -> 
     )
     assert second.status == "completed"
     assert second.previous_response_id == first["id"]
-    assert _cached(dumped(second)) in _sequence_hits(first["usage"]["input_tokens"])
+    hits = _sequence_hits(first["usage"]["input_tokens"], first["usage"]["output_tokens"])
+    assert _cached(dumped(second)) in hits
 
 
 # -- the store: previous_response_id, GET, DELETE -------------------------------------------------
