@@ -20,8 +20,6 @@ ARG KT_KERNEL_VERSION=0.7.2
 # Architectures for kernels compiled at run time: Ampere SM86, Ada SM89, Blackwell SM100/SM120.
 ARG TORCH_CUDA_ARCH_LIST="8.6;8.9;10.0;12.0"
 
-FROM ${UV_IMAGE} AS uv
-
 # ---------------------------------------------------------------- gateway and simulator base
 FROM ${PYTHON_IMAGE} AS app-base
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -63,6 +61,11 @@ ENTRYPOINT ["python", "-m", "engine.sim"]
 CMD ["--host", "0.0.0.0", "--port", "30000", "--profile", "config/sim/rtx-pro-6000-epyc.yaml"]
 
 # ---------------------------------------------------------------- engine
+# After the gateway and sim stages: Docker's classic builder builds every stage before its
+# target, and a gateway build must not need the uv image (make test-docker builds without
+# registries).
+FROM ${UV_IMAGE} AS uv
+
 FROM ${CUDA_IMAGE} AS engine
 ARG ENGINE_PYTHON
 ARG TORCH_VERSION

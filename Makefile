@@ -10,7 +10,7 @@ DEBS := prometheus redis-server
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv debs demo test test-full test-cli test-engine engine-cpu lint up down logs bench check-config dashboards device-checks
+.PHONY: help venv debs demo test test-full test-cli test-docker test-engine engine-cpu lint up down logs bench check-config dashboards device-checks
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -40,6 +40,15 @@ test-full: $(STAMP) debs ## the long suites too (15,000 template cases, soak-siz
 # npm). CI runs it after `make test`; `make test-full` includes it.
 test-cli: $(STAMP) ## long sessions of the real agent CLIs through the gateway (compaction, resume, subagents, tool search)
 	$(PY) -m pytest -q -m slow tests/e2e/test_cli_sessions.py $(PYTEST_ARGS)
+
+# The images built and the compose stack run in Docker: Debian's docker.io and debootstrap
+# (installed when missing), a daemon started when none answers, local stand-ins for the images
+# registries would give (scripts/docker_stack). CI runs it.
+test-docker: $(STAMP) ## build the images and run the compose stack in Docker (sim and fleet profiles)
+	@scripts/ensure-debs.sh docker.io debootstrap
+	$(PY) -m scripts.docker_stack
+	$(PY) -m pytest -q -s -m docker tests/docker $(PYTEST_ARGS); rc=$$?; \
+	  $(PY) -m scripts.docker_stack --stop-daemon; exit $$rc
 
 # The real sglang-kt server on this CPU with a tiny model (docs/engine-cpu.md). Its own
 # virtualenv under .cache/engine-cpu (the image's pins; ~10 GB, ~5 min on first use, reused).

@@ -153,3 +153,13 @@ def test_dockerfile_stages_pins_and_copies() -> None:
     # Every COPY source from the build context exists (docker is not there to say so).
     for source in re.findall(r"^COPY (?!--from)(\S+) ", text, flags=re.M):
         assert (REPO_ROOT / source).exists(), source
+
+
+def test_the_compose_build_argument_defaults_to_the_dockerfiles_base_image() -> None:
+    """make test-docker swaps the base through FLASHBOX_PYTHON_IMAGE; unset, compose must build
+    on exactly the image the Dockerfile pins."""
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    (pinned,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", dockerfile, flags=re.MULTILINE)
+    compose_text = (REPO_ROOT / "compose.yaml").read_text()
+    defaults = set(re.findall(r"PYTHON_IMAGE: \$\{FLASHBOX_PYTHON_IMAGE:-([^}]+)\}", compose_text))
+    assert defaults == {pinned}
