@@ -20,8 +20,13 @@ Reported: each one's wall-clock TTFT p50 (all turns, and turns >= 2, the pinned 
 differences to `plain`, and the store's round trips from the shared gateways'
 flashbox_state_seconds.
 
+Saturated host (`--cpu-burn`): the appliance's real host has no idle core (kt-kernel keeps every
+physical core but the launcher's reserve busy with expert work), so each mode also runs with one
+busy-looping process per core at normal priority beside it (`mode+burn`), in the same run.
+
     python -m bench fleet                       # 3 x 48 slots, 4 running, 132 sessions
     python -m bench fleet --modes alternate --overhead-sessions 0
+    python -m bench fleet --cpu-burn --modes one,alternate --sessions 8 --turns 9
 """
 
 from __future__ import annotations
@@ -30,11 +35,14 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import random
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +94,25 @@ class FleetConfig:
     overhead_sessions: int
     overhead_turns: int
     overhead_base_tokens: int
+    # Also run each mode with every core kept busy (`mode+burn`).
+    cpu_burn: bool = False
+
+
+BURN = "while True:\n    pass\n"
+
+
+@contextmanager
+def cpu_burn(processes: int | None = None) -> Iterator[None]:
+    """Every core busy at normal priority for the block, as kt-kernel's threads keep them."""
+    count = processes or os.cpu_count() or 1
+    burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+        for burner in burners:
+            burner.wait()
 
 
 def gateway_env(store: RedisProc | None, timeout_s: float | None) -> dict[str, str]:
@@ -369,11 +396,11 @@ def markdown(results: Mapping[str, dict[str, Any]], overhead: dict[str, Any] | N
         )
     one = results.get("one")
     if one is not None:
-        for mode in ("alternate", "random"):
+        for mode in ("alternate", "random", "alternate+burn", "random+burn", "one+burn"):
             if mode in results:
                 gap = 100 * (results[mode]["hit_ratio"] - one["hit_ratio"])
                 lines.append(
-                    f"\n- {mode}: hit ratio {gap:+.1f} points against one gateway "
+                    f"\n- {mode}: hit ratio {gap:+.1f} points against one idle gateway "
                     "(goal: within 0.5)."
                 )
     if overhead is not None:
@@ -410,13 +437,18 @@ def overhead_markdown(o: dict[str, Any]) -> str:
 
 def run_all(cfg: FleetConfig, out_dir: Path | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
     results: dict[str, Any] = {}
-    for mode in cfg.modes:
-        print(f"-- {mode}", flush=True)
-        summary, turns = run_mode(cfg, mode)
-        results[mode] = summary
+    runs = [(mode, False) for mode in cfg.modes]
+    if cfg.cpu_burn:
+        runs += [(mode, True) for mode in cfg.modes]
+    for mode, burn in runs:
+        name = f"{mode}+burn" if burn else mode
+        print(f"-- {name}", flush=True)
+        with cpu_burn() if burn else nullcontext():
+            summary, turns = run_mode(cfg, mode)
+        results[name] = summary
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / f"{mode}.json").write_text(
+            (out_dir / f"{name}.json").write_text(
                 json.dumps({"summary": summary, "turns": [asdict(t) for t in turns]}, indent=2)
             )
     overhead = None
@@ -455,6 +487,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overhead-sessions", type=int, default=60, help="0: skip the 1-stream run")
     p.add_argument("--overhead-turns", type=int, default=8)
     p.add_argument("--overhead-base-tokens", type=int, default=2_000)
+    p.add_argument(
+        "--cpu-burn",
+        action="store_true",
+        help="also run each mode with one busy-looping process per core (mode+burn)",
+    )
     p.add_argument("--out", type=Path, default=None)
     return p
 
@@ -486,6 +523,7 @@ def config_from_args(args: argparse.Namespace) -> FleetConfig:
         overhead_sessions=args.overhead_sessions,
         overhead_turns=args.overhead_turns,
         overhead_base_tokens=args.overhead_base_tokens,
+        cpu_burn=args.cpu_burn,
     )
 
 

@@ -83,7 +83,9 @@ def test_reference_host_carries_the_tuned_settings(tmp_path: Path) -> None:
     assert plan.problems == ()
     assert plan.argv[:3] == ("python3", "-m", "sglang.launch_server")
     assert _flag(plan, "--kt-method") == ["FP8"]
-    assert _flag(plan, "--kt-cpuinfer") == ["256"]  # 2 x 128 cores, not 512 SMT threads
+    assert _flag(plan, "--kt-cpuinfer") == [
+        "254"
+    ]  # 2 x 128 cores, not 512 SMT threads, less the 2 reserved
     assert _flag(plan, "--kt-threadpool-count") == ["2"]
     assert _flag(plan, "--kt-numa-nodes") == ["0", "1"]
     assert _flag(plan, "--kt-num-gpu-experts") == ["0"]
@@ -125,7 +127,7 @@ def test_amx_host_uses_the_amx_kernels_but_keeps_fp8(tmp_path: Path) -> None:
     assert plan.problems == ()
     assert plan.env["KT_KERNEL_CPU_VARIANT"] == "amx"
     assert _flag(plan, "--kt-method") == ["FP8"]
-    assert _flag(plan, "--kt-cpuinfer") == ["112"]
+    assert _flag(plan, "--kt-cpuinfer") == ["110"]  # physical cores less the profile's 2 reserved
 
 
 def test_smaller_gpu_refuses_the_reference_pool_and_sizes_its_own(tmp_path: Path) -> None:
