@@ -242,6 +242,7 @@ class Run:
                 self._untake(replica)
                 state.picker.report(ctx, replica, outcome)
                 state.metrics.replica_up.labels(replica=replica.name).set(int(replica.healthy))
+                _note_breaker(state, replica)
                 failed.append(replica.name)
                 others = any(r.healthy and r.name not in failed for r in state.picker.replicas)
                 if not retryable or not others or attempt == settings.max_attempts:
@@ -319,6 +320,13 @@ class Run:
             cached_tokens=record.cached_tokens,
             output=output,
         )
+        _note_breaker(self._state, replica)
+
+
+def _note_breaker(state: AppState, replica: Replica) -> None:
+    metrics = state.metrics
+    is_open = int(replica.breaker.opened_at is not None)
+    metrics.child(metrics.replica_breaker_open, replica.name).set(is_open)
 
 
 async def resolve_images(state: AppState, request: CoreRequest) -> list[CheckedImage]:

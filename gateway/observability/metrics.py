@@ -182,6 +182,12 @@ class Metrics:
             "flashbox_replica_up", "1 when the replica passes health checks.",
             ["replica"], registry=reg,
         )  # fmt: skip
+        self.replica_breaker_open = Gauge(
+            "flashbox_replica_breaker_open",
+            "1 while the replica's circuit breaker is open or half-open: its requests failed "
+            "(connection refused, timeout, 5xx, a broken stream; a client's 4xx never counts).",
+            ["replica"], registry=reg,
+        )  # fmt: skip
         self.replica_in_flight = Gauge(
             "flashbox_replica_in_flight", "Requests the gateway has open on each replica.",
             ["replica"], registry=reg,
@@ -346,6 +352,7 @@ class Metrics:
     def register_replicas(self, names: Iterable[str]) -> None:
         for name in names:
             self.replica_up.labels(replica=name).set(0)
+            self.replica_breaker_open.labels(replica=name).set(0)
             self.replica_in_flight.labels(replica=name).set(0)
 
     def forget_replica(self, name: str) -> None:
@@ -353,6 +360,8 @@ class Metrics:
         line or label kept for every address a pod ever had). flashbox_replica_in_flight stays:
         requests still open there count down on it."""
         self.replica_up.remove(name)
+        with contextlib.suppress(KeyError):
+            self.replica_breaker_open.remove(name)
 
     def drop_replica(self, name: str) -> None:
         """A replica routing forgot (gone from DNS long enough, nothing open there): its

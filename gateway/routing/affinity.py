@@ -543,6 +543,7 @@ class AffinityPicker:
         output: TurnOutput | None = None,
     ) -> None:
         now = self._clock()
+        was_open = replica.breaker.opened_at is not None
         if outcome is Outcome.CONNECT_FAILED:
             # Passive detection: a refused connection means down now, not after the next probe.
             replica.healthy = False
@@ -552,6 +553,7 @@ class AffinityPicker:
             replica.breaker.failure(now)
         elif outcome is Outcome.OK:
             replica.breaker.success()
+        _log_breaker(replica, was_open)
         pending = self._pending.pop(ctx.request_id, None)
         if pending is None:
             return
@@ -637,6 +639,21 @@ class AffinityPicker:
     def forget(self, ctx: RequestContext) -> None:
         """Drop what pick noted for a request that never reached the engine."""
         self._pending.pop(ctx.request_id, None)
+
+
+def _log_breaker(replica: Replica, was_open: bool) -> None:
+    """The breaker's transitions, once each (a reopened half-open trial is not news)."""
+    breaker = replica.breaker
+    if breaker.opened_at is not None and not was_open:
+        log.warning(
+            "circuit breaker for %s opened after %d failed requests in a row; no requests "
+            "there for %.0f s, then one trial",
+            replica.name,
+            breaker.failures,
+            breaker.open_s,
+        )
+    elif breaker.opened_at is None and was_open:
+        log.warning("circuit breaker for %s closed: a request succeeded", replica.name)
 
 
 def saved_head(ctx: RequestContext, affinity: str, cached_tokens: int) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
@@ -151,6 +152,27 @@ async def test_a_streamed_refusal_is_the_faces_400_and_not_the_replicas_fault(
     engine.script = Script()
     served = await client.post(path, json=body)
     assert served.status_code == 200, served.text
+    metrics = (await client.get("/metrics")).text
+    assert 'flashbox_replica_breaker_open{replica="engine-a:30000"} 0.0' in metrics
+
+
+async def test_engine_faults_open_the_breaker_with_a_log_line_and_a_metric(
+    client: httpx.AsyncClient, engine: FakeEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine.script = Script(status=500)
+    with caplog.at_level(logging.WARNING, logger="gateway.routing.affinity"):
+        for _ in range(5):  # the breaker's threshold
+            response = await client.post("/v1/chat/completions", json=chat_body())
+            assert response.status_code == 502
+        metrics = (await client.get("/metrics")).text
+        assert 'flashbox_replica_breaker_open{replica="engine-a:30000"} 1.0' in metrics
+        refused = await client.post("/v1/chat/completions", json=chat_body())
+        assert refused.status_code == 503  # no replica while it is open
+    opened = [r.getMessage() for r in caplog.records if "opened" in r.getMessage()]
+    assert opened == [
+        "circuit breaker for engine-a:30000 opened after 5 failed requests in a row; no requests "
+        "there for 10 s, then one trial"
+    ]
 
 
 async def test_a_refusal_after_output_is_an_engine_fault(
