@@ -136,6 +136,7 @@ class Run:
             # Only checked bytes, as data URLs the gateway built: the engine would fetch or
             # open anything else it is given.
             body["image_data"] = [image.data_url for image in placed]
+        await self._fit_input(prompt, image_tokens)
         if request.clamp_max_tokens:
             await self._fit_output(prompt, body["sampling_params"], image_tokens)
         elif image_tokens:
@@ -196,6 +197,22 @@ class Run:
             digest, text, lambda head: engine.count_prompt_tokens(replica, head)
         )
         return digest, text, tokens if tokens >= routing.min_head_tokens else 0
+
+    async def _fit_input(self, prompt: str, extra: int) -> None:
+        """Refuse a prompt past the smallest max_req_input_len the replicas report, as the real
+        server reports it (context_length is null there unless the flag is passed): the face's
+        400 before the engine sees the request, which it would refuse or abort after queueing.
+        Only a prompt whose bytes reach the bound costs a /tokenize call."""
+        replicas = [r for r in self._state.picker.replicas if r.healthy and r.max_input_tokens]
+        if not replicas:
+            return
+        replica = min(replicas, key=lambda r: r.max_input_tokens or 0)
+        limit = replica.max_input_tokens or 0
+        if len(prompt.encode()) + extra <= limit:
+            return
+        tokens = await self._state.engine.count_prompt_tokens(replica, prompt) + extra
+        if tokens > limit:
+            raise ContextLengthError(tokens, limit)
 
     async def _fit_output(self, prompt: str, params: dict[str, Any], extra: int = 0) -> None:
         """Lower max_new_tokens to what fits in the engine's context (SGLang refuses a prompt

@@ -102,6 +102,7 @@ class HealthProber:
         replica.track_interval = _positive(info.get("mamba_track_interval"))
         replica.max_running_requests = _positive(info.get("max_running_requests"))
         replica.context_length = _positive(info.get("context_length"))
+        replica.max_input_tokens = _positive(info.get("max_req_input_len"))
         replica.image_max_pixels = image_max_pixels(info)
         replica.max_images = _positive(
             _json_field(info.get("limit_mm_data_per_request")).get("image")

@@ -32,6 +32,9 @@ class Replica:
     max_running_requests: int | None = None
     # The engine's context length in tokens (prompt + output must stay below it).
     context_length: int | None = None
+    # /server_info's max_req_input_len: the longest prompt the engine takes (sglang-kt derives
+    # it from the context and its token pool, and reports it even when context_length is null).
+    max_input_tokens: int | None = None
     # The engine's image bounds (its --mm-process-config and --limit-mm-data-per-request).
     image_max_pixels: int | None = None
     max_images: int | None = None

@@ -47,6 +47,9 @@ class FakeEngine:
     aborts: list[str] = field(default_factory=list)
     # The x-request-id header of each /generate (the client's id, as the gateway forwards it).
     request_ids: list[str | None] = field(default_factory=list)
+    # What GET /server_info answers (None: 404, as before it was asked); /tokenize counts one
+    # token per 4 bytes.
+    server_info: dict[str, Any] | None = None
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -57,6 +60,12 @@ class FakeEngine:
         path = request.url.path
         if path == "/health":
             return httpx.Response(200 if self.healthy else 503)
+        if path == "/server_info" and self.server_info is not None:
+            return httpx.Response(200, json=self.server_info)
+        if path == "/tokenize":
+            prompt = orjson.loads(await request.aread())["prompt"]
+            count = -(-len(prompt.encode()) // 4)
+            return httpx.Response(200, json={"tokens": list(range(count)), "count": count})
         if path == "/abort_request":
             self.aborts.append(orjson.loads(request.content)["rid"])
             return httpx.Response(200, json={})

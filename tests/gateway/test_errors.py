@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -197,3 +198,41 @@ async def test_stream_without_done_is_error(client: httpx.AsyncClient, engine: F
     engine.script = Script(finish=None, send_done=False)
     response = await client.post("/v1/chat/completions", json=chat_body())
     assert response.status_code == 502
+
+
+async def test_a_prompt_past_the_engines_max_input_is_the_faces_400_before_the_engine() -> None:
+    """sglang-kt reports context_length null unless the flag is passed, but max_req_input_len
+    always: the gateway learns it, and refuses an over-long prompt in each face's shape without
+    sending it (the engine would refuse it, or abort it after it queued)."""
+    engine = FakeEngine(server_info={"context_length": None, "max_req_input_len": 200})
+    long_text = "word " * 400  # ~500 tokens at 4 bytes each
+    async with gateway_client(engine) as client:
+        for _ in range(50):  # the first health probe loads /server_info
+            if (await client.get("/ready")).status_code == 200:
+                break
+            await asyncio.sleep(0.02)
+        chat = await client.post(
+            "/v1/chat/completions",
+            json=chat_body(messages=[{"role": "user", "content": long_text}]),
+        )
+        assert chat.status_code == 400, chat.text
+        assert chat.json()["error"]["code"] == "context_length_exceeded"
+        messages = await client.post(
+            "/v1/messages",
+            json={
+                "model": "glm-5.3-flash",
+                "max_tokens": 8,
+                "messages": [{"role": "user", "content": long_text}],
+            },
+        )
+        assert messages.status_code == 400, messages.text
+        assert messages.json()["error"]["message"].startswith("prompt is too long: ")
+        responses = await client.post(
+            "/v1/responses", json={"model": "glm-5.3-flash", "input": long_text, "stream": True}
+        )
+        assert responses.status_code == 400, responses.text
+        assert engine.generates == []
+        short = await client.post("/v1/chat/completions", json=chat_body())
+        assert short.status_code == 200, short.text
+        metrics = (await client.get("/metrics")).text
+        assert 'flashbox_replica_breaker_open{replica="engine-a:30000"} 0.0' in metrics
