@@ -173,11 +173,14 @@ class DiscoverySettings(_Section):
 class SharedStateSettings(_Section):
     """The shared state store (docs/fleet.md): a Redis-protocol server (Valkey or Redis) named
     by `state_url`, which every gateway of a fleet reads and writes. Its round trips are bounded
-    by `timeout_s` (a few milliseconds: the store is one hop on the same network); one that
-    fails or times out is counted in flashbox_state_errors_total, the gateway goes on with its
-    own local state, and asks the store again after `retry_s`."""
+    by `timeout_s`; one that fails or times out is counted in flashbox_state_errors_total, the
+    gateway goes on with its own local state, and asks the store again after `retry_s`.
+    100 ms, though the store answers in a millisecond: the bound is wall time in the gateway's
+    event loop, which on the appliance's host (every core busy with expert work) is late by
+    milliseconds, and a round trip given up costs a split session or a checkpoint miss (~100 s)
+    where waiting costs milliseconds (docs/fleet.md, "A host with no idle core")."""
 
-    timeout_s: float = Field(default=0.005, gt=0)
+    timeout_s: float = Field(default=0.1, gt=0)
     connect_timeout_s: float = Field(default=0.25, gt=0)
     retry_s: float = Field(default=1.0, gt=0)
     # Timeouts in a row before the store is skipped for retry_s (a refused connection or an
