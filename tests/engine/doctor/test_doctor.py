@@ -64,7 +64,7 @@ def test_reference_host_passes(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert "12.0 (sm_120): supported, KV cache fp8_e4m3" in row(out, "compute capability")
     assert "supports CUDA 13.2" in row(out, "driver / CUDA")
     assert "AVX512-BF16 yes, AMX no -> kt-kernel avx512_bf16" in row(out, "CPU ISA")
-    assert "256 (512 logical CPUs, 2 socket(s)) -> --kt-cpuinfer 256" in row(out, "physical cores")
+    assert "256 (512 logical CPUs, 2 socket(s)) -> --kt-cpuinfer 254" in row(out, "physical cores")
     assert "2 node(s) (0, 1) -> 2 threadpool(s)" in row(out, "NUMA")
     assert "1623 GB total" in row(out, "RAM")
     assert "needs 350 GB" in row(out, "RAM")
