@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -102,12 +102,12 @@ BURN = "while True:\n    pass\n"
 
 
 @contextmanager
-def cpu_burn(processes: int | None = None) -> Iterator[None]:
+def cpu_burn(processes: int | None = None) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Every core busy at normal priority for the block, as kt-kernel's threads keep them."""
     count = processes or os.cpu_count() or 1
     burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(count)]
     try:
-        yield
+        yield burners
     finally:
         for burner in burners:
             burner.kill()
@@ -443,7 +443,9 @@ def run_all(cfg: FleetConfig, out_dir: Path | None) -> tuple[dict[str, Any], dic
     for mode, burn in runs:
         name = f"{mode}+burn" if burn else mode
         print(f"-- {name}", flush=True)
-        with cpu_burn() if burn else nullcontext():
+        with ExitStack() as burning:
+            if burn:
+                burning.enter_context(cpu_burn())
             summary, turns = run_mode(cfg, mode)
         results[name] = summary
         if out_dir is not None:
