@@ -25,7 +25,7 @@ import pytest
 from PIL import Image
 
 from scripts.record_session_shape import API_KEY, CLIENTS, Session
-from tests.support import agent_cli, codex_cli
+from tests.support import agent_cli, codex_cli, opencode_cli
 from tests.support.cli_sessions import (
     SCENARIOS,
     Stack,
@@ -313,3 +313,47 @@ def test_codex_compacts_at_other_limits_and_keeps_going(limit: int, tmp_path: Pa
     assert set(report.refused) <= {"499"}, report.codes
     assert report.compactions >= 1
     assert report.outcome("verified_miss") == 0, (report.affinity, report.log)
+
+
+# -- --continue: the latest session of the folder, without naming it --------------------------
+
+
+def test_claude_code_and_opencode_continue_land_on_their_checkpoint(tmp_path: Path) -> None:
+    """`claude -p --continue` and `opencode run --continue` pick up the folder's latest
+    session without its id: the next turn carries the whole conversation, under the same
+    session, and is a verified hit."""
+    script = {"max_calls": 0, "rules": [{"final": "Noted."}]}
+    claude = agent_cli.install_claude_code()
+    opencode = opencode_cli.install_opencode()
+    if isinstance(claude, str) or isinstance(opencode, str):
+        pytest.skip(claude if isinstance(claude, str) else str(opencode))
+    with scripted_stack(script) as stack:
+        work = tmp_path / "claude-work"
+        work.mkdir()
+        env = agent_cli.headless_env(tmp_path / "claude-home", stack.url, API_KEY)
+        for extra in ([], ["--continue"]):
+            argv = [str(claude), "-p", "Remember the number 7.", "--output-format", "json"]
+            argv += ["--permission-mode", "dontAsk", "--max-turns", "2", *extra]
+            returncode, stdout, stderr = run_cli(argv, env=env, cwd=work, timeout=180)
+            assert returncode == 0, (stdout[-2000:], stderr[-2000:])
+        work = tmp_path / "opencode-work"
+        work.mkdir()
+        oc_env = opencode_cli.opencode_env(tmp_path / "oc-home", f"{stack.url}/v1", API_KEY)
+        for extra in ([], ["--continue"]):
+            run = opencode_cli.run_opencode(
+                opencode, "Remember the number 7.", env=oc_env, cwd=work, extra_args=extra
+            )
+            assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
+        assert stack.proxy.failed() == []
+        outcomes = {k: v for k, v in _affinity(stack).items() if v}
+        tooled = [
+            e for e in stack.proxy.exchanges if isinstance(e.body, dict) and e.body.get("tools")
+        ]
+        claude_turns = [e for e in tooled if e.path.startswith("/v1/messages?")]
+        chat_turns = [e for e in tooled if e.path == "/v1/chat/completions"]
+    for turns, header in ((claude_turns, "x-claude-code-session-id"), (chat_turns, "x-session-id")):
+        first, last = turns[0], turns[-1]
+        assert last.headers.get(header) == first.headers.get(header)  # the same session
+        assert len(last.body["messages"]) > len(first.body["messages"])  # the history came back
+    assert outcomes.get(("verified_miss", "main"), 0) == 0, outcomes
+    assert outcomes.get(("hit", "main"), 0) >= 2, outcomes
