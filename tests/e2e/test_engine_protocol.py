@@ -482,7 +482,12 @@ def test_the_engines_refusals_are_400s_in_each_faces_shape(
             assert error["message"], (name, path)
             if name == "top_k":
                 assert "top_k" in error["message"]
-    # The replica is still fine for the next request.
+    # More refusals than the breaker's threshold, and the replica is still trusted: its breaker
+    # stayed closed and the next request is served at once (#33: a client's mistakes never
+    # count against the engine).
+    exported = httpx.get(engine_gateway.url + "/metrics", timeout=5).text
+    assert "flashbox_replica_breaker_open{" in exported
+    assert metric_sum(engine_gateway, "flashbox_replica_breaker_open") == 0
     ok = httpx.post(
         engine_gateway.url + "/v1/chat/completions",
         json={"model": MODEL, "messages": _user("hi"), "max_tokens": 4},
