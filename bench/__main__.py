@@ -24,6 +24,7 @@ SUITES: dict[str, str] = {
     "relay": "bench.relay_cost",
     "affinity": "bench.affinity",
     "fleet": "bench.fleet",
+    "keepalive": "bench.keepalive",
     "serve": "bench.serve",
     "sessions": "bench.sessions",
     "synth-shape": "bench.shape_synth",
