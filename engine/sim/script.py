@@ -30,7 +30,7 @@ left, or the steps are done, the answer is the final text.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,30 +120,28 @@ class Script:
         return fallback, users[-1][0] if users else 0
 
 
-def _user_turns(prompt: str) -> list[tuple[int, int]]:
-    """(start, end) of each user turn's text."""
-    spans = []
-    at = prompt.find(USER)
+def _turns(prompt: str, role: str, start: int = 0) -> Iterator[tuple[int, int]]:
+    """(start, end) of the text of each turn of `role` from `start` on."""
+    at = prompt.find(role, start)
     while at >= 0:
-        begin = at + len(USER)
+        begin = at + len(role)
         following = _ROLE.search(prompt, begin)
         end = following.start() if following else len(prompt)
-        spans.append((begin, end))
-        at = prompt.find(USER, end)
-    return spans
+        yield begin, end
+        at = prompt.find(role, end)
+
+
+def _user_turns(prompt: str) -> list[tuple[int, int]]:
+    return list(_turns(prompt, USER))
 
 
 def _tool_turns_after(prompt: str, start: int) -> int:
-    turns = 0
-    at = prompt.find(ASSISTANT, start)
-    while at >= 0:
-        begin = at + len(ASSISTANT)
-        following = _ROLE.search(prompt, begin)
-        end = following.start() if following else len(prompt)
-        if prompt.find(TOOL_CALL, begin, end) >= 0:
-            turns += 1
-        at = prompt.find(ASSISTANT, end)
-    return turns
+    """Assistant turns after `start` that make tool calls."""
+    return sum(
+        1
+        for begin, end in _turns(prompt, ASSISTANT, start)
+        if prompt.find(TOOL_CALL, begin, end) >= 0
+    )
 
 
 def _call(raw: Any, where: str) -> ScriptCall:

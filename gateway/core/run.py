@@ -65,6 +65,9 @@ class Run:
         self._tool_choice = request.tool_choice
         self._ctx: RequestContext | None = None
         self._replica: Replica | None = None
+        # The prompt's tokens once an engine counted them (_fit_input and _fit_output share one
+        # /tokenize call).
+        self._counted: int | None = None
         # The prefill this request added to its replica's queue, until its first token.
         self._prefill_s = 0.0
         self._relay: Relay | None = None
@@ -198,6 +201,11 @@ class Run:
         )
         return digest, text, tokens if tokens >= routing.min_head_tokens else 0
 
+    async def _count(self, replica: Replica, prompt: str) -> int:
+        if self._counted is None:
+            self._counted = await self._state.engine.count_prompt_tokens(replica, prompt)
+        return self._counted
+
     async def _fit_input(self, prompt: str, extra: int) -> None:
         """Refuse a prompt past the smallest max_req_input_len the replicas report, as the real
         server reports it (context_length is null there unless the flag is passed): the face's
@@ -208,9 +216,9 @@ class Run:
             return
         replica = min(replicas, key=lambda r: r.max_input_tokens or 0)
         limit = replica.max_input_tokens or 0
-        if len(prompt.encode()) + extra <= limit:
+        if utf8_length(prompt) + _SPECIAL_TOKENS_MARGIN + extra <= limit:
             return
-        tokens = await self._state.engine.count_prompt_tokens(replica, prompt) + extra
+        tokens = await self._count(replica, prompt) + extra
         if tokens > limit:
             raise ContextLengthError(tokens, limit)
 
@@ -232,10 +240,10 @@ class Run:
         # Margin for special tokens the engine's tokenizer may add to the text's own.
         # `extra`: what images add to the text's own tokens (the engine's /tokenize is text-only).
         wanted = int(params["max_new_tokens"]) + _SPECIAL_TOKENS_MARGIN + extra
-        if len(prompt) * 4 + wanted < context or len(prompt.encode()) + wanted < context:
+        if utf8_length(prompt) + wanted < context:
             return
         wanted -= _SPECIAL_TOKENS_MARGIN + extra
-        tokens = await self._state.engine.count_prompt_tokens(replica, prompt) + extra
+        tokens = await self._count(replica, prompt) + extra
         if tokens >= context:
             raise ContextLengthError(tokens, context)
         params["max_new_tokens"] = min(wanted, context - tokens - 1)
@@ -352,6 +360,12 @@ async def resolve_images(state: AppState, request: CoreRequest) -> list[CheckedI
         return []
     refs = [ImageRef(slot.url, slot.where) for slot in request.images.slots]
     return await state.media.resolve(refs)
+
+
+def utf8_length(text: str) -> int:
+    """The text's UTF-8 bytes, an upper bound on its tokens; without copying it when it is
+    ASCII (str.isascii reads a flag: a megabyte prompt is not encoded to be measured)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def extra_tokens(images: list[CheckedImage]) -> int:

@@ -35,6 +35,7 @@ from tests.support.cli_sessions import (
     run_sessions,
     scripted_stack,
 )
+from tests.support.metrics import affinity_outcomes
 from tests.support.npm_cli import INSTALL_TIMEOUT_S, run_cli
 from tests.support.procs import REPO_ROOT
 
@@ -135,7 +136,7 @@ def test_claude_code_tool_search_keeps_deferred_tools_out_of_the_prompt(tmp_path
         everything = [e for e in stack.proxy.exchanges if e.path.startswith("/v1/messages?")]
         everything = everything[len(searched) :]
         assert stack.proxy.failed() == []
-        outcomes = {k: v for k, v in _affinity(stack).items() if v}
+        outcomes = {k: v for k, v in affinity_outcomes(stack.gateway.url).items() if v}
         sent = [e.body for e in searched if isinstance(e.body, dict) and e.body.get("tools")]
         first = sent[0]
         names = [t["name"] for t in first["tools"]]
@@ -179,13 +180,6 @@ def _count(stack: Stack, body: dict[str, Any]) -> int:
     )
     assert response.status_code == 200, response.text
     return int(response.json()["input_tokens"])
-
-
-def _affinity(stack: Stack) -> dict[tuple[str, str], float]:
-    return {
-        (labels["outcome"], labels["lineage"]): value
-        for labels, value in stack.samples("flashbox_affinity_total")
-    }
 
 
 # -- an image pasted into a Claude Code turn -----------------------------------------------
@@ -242,7 +236,7 @@ def test_claude_code_turns_with_a_pasted_image_keep_their_checkpoint(tmp_path: P
         images_sent = [json.dumps(body["messages"]).count('"type": "image"') for body in turns]
         assert images_sent[0] == 1
         assert all(n == 1 for n in images_sent)  # the image stays in the history
-        outcomes = {k: v for k, v in _affinity(stack).items() if v}
+        outcomes = {k: v for k, v in affinity_outcomes(stack.gateway.url).items() if v}
         image_count = sum(v for labels, v in stack.samples("flashbox_media_images_total"))
     assert image_count >= len(turns)
     assert outcomes.get(("verified_miss", "main"), 0) == 0, outcomes
@@ -345,7 +339,7 @@ def test_claude_code_and_opencode_continue_land_on_their_checkpoint(tmp_path: Pa
             )
             assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
         assert stack.proxy.failed() == []
-        outcomes = {k: v for k, v in _affinity(stack).items() if v}
+        outcomes = {k: v for k, v in affinity_outcomes(stack.gateway.url).items() if v}
         tooled = [
             e for e in stack.proxy.exchanges if isinstance(e.body, dict) and e.body.get("tools")
         ]

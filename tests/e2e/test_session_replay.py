@@ -18,7 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.procs import Proc, start_gateway, start_sim
+from tests.e2e.conftest import sim_and_gateway
+from tests.support.metrics import affinity_outcomes
+from tests.support.procs import Proc
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sessions"
 KEY = "replay-key-0123456789abcdef"
@@ -29,34 +31,16 @@ _CONNECTION = ("host", "content-length", "accept-encoding", "connection")
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[tuple[Proc, Proc]]:
-    sim = start_sim("--reasoning-tokens", "8", "--content-tokens", "16")
-    try:
-        gateway = start_gateway([sim.url], env={"FLASHBOX_API_KEYS": KEY})
-        try:
-            yield sim, gateway
-        finally:
-            gateway.stop()
-    finally:
-        sim.stop()
+    env = {"FLASHBOX_API_KEYS": KEY, "FLASHBOX_LIMITS__MAX_BODY_BYTES": str(4 << 20)}
+    yield from sim_and_gateway("--reasoning-tokens", "8", "--content-tokens", "16", env=env)
 
 
 def _records(client: str) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted((FIXTURES / client).glob("*.json"))]
 
 
-def _affinity(gateway: Proc) -> dict[tuple[str, str], float]:
-    found: dict[tuple[str, str], float] = {}
-    for line in httpx.get(gateway.url + "/metrics", timeout=5).text.splitlines():
-        if line.startswith("flashbox_affinity_total{"):
-            labels, value = line[len("flashbox_affinity_total{") :].rsplit("} ", 1)
-            pairs = dict(part.split("=", 1) for part in labels.split(","))
-            key = (pairs["outcome"].strip('"'), pairs["lineage"].strip('"'))
-            found[key] = float(value)
-    return found
-
-
 def _replay(gateway: Proc, client: str) -> tuple[list[str], dict[tuple[str, str], float]]:
-    before = _affinity(gateway)
+    before = affinity_outcomes(gateway.url)
     failures = []
     with httpx.Client(base_url=gateway.url, timeout=60) as http:
         for n, record in enumerate(_records(client), 1):
@@ -72,7 +56,7 @@ def _replay(gateway: Proc, client: str) -> tuple[list[str], dict[tuple[str, str]
             )
             if not 200 <= response.status_code < 300:
                 failures.append(f"{n:03d} {record['path']}: {response.status_code} {response.text}")
-    after = _affinity(gateway)
+    after = affinity_outcomes(gateway.url)
     return failures, {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k)}
 
 

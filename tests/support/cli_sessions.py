@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from gateway.faces.responses.convert import flat_name
 from scripts.record_session_shape import (
@@ -38,6 +35,7 @@ from scripts.record_session_shape import (
     plans,
 )
 from scripts.script_answers import Call, Script
+from tests.support.metrics import affinity_outcomes, metric_samples
 from tests.support.procs import Proc, start_gateway, start_sim
 from tests.support.recording_proxy import Exchange, RecordingProxy, recording_proxy
 
@@ -61,8 +59,6 @@ SCENARIOS: dict[str, tuple[Session, ...]] = {
 }
 # Claude Code's compaction prompt offers the same tools as its turns; this is how it starts.
 CLAUDE_CODE_COMPACTION = "Your task is to create a detailed summary of the conversation so far"
-_SAMPLE = re.compile(r"^(flashbox_[a-z_]+)\{([^}]*)\} ([0-9.e+-]+)$")
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def _call(call: Call) -> dict[str, Any]:
@@ -101,13 +97,7 @@ class Stack:
         return self.proxy.url
 
     def samples(self, name: str) -> list[tuple[dict[str, str], float]]:
-        text = httpx.get(self.gateway.url + "/metrics", timeout=5).text
-        found = []
-        for line in text.splitlines():
-            match = _SAMPLE.match(line)
-            if match and match.group(1) == name:
-                found.append((dict(_LABEL.findall(match.group(2))), float(match.group(3))))
-        return found
+        return metric_samples(self.gateway.url, name)
 
 
 @contextlib.contextmanager
@@ -201,8 +191,7 @@ def run_sessions(
             code = labels.get("code", "?")
             report.codes[code] = report.codes.get(code, 0.0) + value
     report.log = [line for line in stack.gateway.log().splitlines() if "gateway.routing" in line]
-    for labels, value in stack.samples("flashbox_affinity_total"):
-        report.affinity[(labels["outcome"], labels["lineage"])] = value
+    report.affinity = affinity_outcomes(stack.gateway.url)
     return report
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -97,29 +98,9 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     model = "unknown"
     settings = state.settings
     try:
-        state.auth.check(headers.get(b"authorization"))
-        limits = settings.limits
-        body = await read_body(receive, headers.get(b"content-length"), limits.max_body_bytes)
-        raw = load_json_body(body, limits, settings.media.json_bypass_min_bytes)
-        if isinstance(raw.get("input"), list) and len(raw["input"]) > limits.max_messages:
-            raise InvalidRequestError(
-                f"Too many input items: {len(raw['input'])} > {limits.max_messages}.",
-                param="input",
-            )
-        check_counts(raw, limits)
-        try:
-            request = ResponsesRequest.model_validate(raw)
-        except ValidationError as exc:
-            text, param = validation_message(exc)
-            raise InvalidRequestError(text, param=param, code="invalid_value") from exc
-        if LOGPROBS in (request.include or ()):
-            raise InvalidRequestError(
-                f"include: {LOGPROBS!r} is not served here (the gateway returns no log "
-                "probabilities); leave it out.",
-                param="include",
-            )
+        request, raw, size = await _parsed(state, headers, receive)
         history = await _history(state, request)
-        core, names, conversation = _core(state, request, raw, len(body), headers, history)
+        core, names, conversation = _core(state, request, raw, size, headers, history)
         # Any model name is served by the served model, echoed back in the answer.
         model = settings.model.served_names[0]
         record = state.admit(model, scope_state["arrival"], API)
@@ -236,31 +217,41 @@ def _core(
     return core, names, conversation
 
 
-async def serve_responses(scope: Scope, receive: Receive, send: Send) -> None:
-    """POST /v1/responses as a bare ASGI app."""
-    try:
-        response = await _respond(scope["app"].state.flashbox, scope, receive)
-    except GatewayError as exc:
-        response = error_response(exc)
-    except ClientDisconnected:
-        return
-    await response(scope, receive, send)
-
-
-async def _input_tokens(state: AppState, scope: Scope, receive: Receive) -> Response:
-    headers = read_headers(scope["headers"], _WANTED)
+async def _parsed(
+    state: AppState, headers: dict[bytes, str], receive: Receive
+) -> tuple[ResponsesRequest, dict[str, Any], int]:
+    """Hop 1 for both endpoints: the key, the body within its bounds, the validated request
+    (and the raw body and its size, which the core request keeps)."""
     state.auth.check(headers.get(b"authorization"))
-    limits = state.settings.limits
+    settings = state.settings
+    limits = settings.limits
     body = await read_body(receive, headers.get(b"content-length"), limits.max_body_bytes)
-    raw = load_json_body(body, limits, state.settings.media.json_bypass_min_bytes)
+    raw = load_json_body(body, limits, settings.media.json_bypass_min_bytes)
+    if isinstance(raw.get("input"), list) and len(raw["input"]) > limits.max_messages:
+        raise InvalidRequestError(
+            f"Too many input items: {len(raw['input'])} > {limits.max_messages}.",
+            param="input",
+        )
     check_counts(raw, limits)
     try:
         request = ResponsesRequest.model_validate(raw)
     except ValidationError as exc:
         text, param = validation_message(exc)
         raise InvalidRequestError(text, param=param, code="invalid_value") from exc
+    if LOGPROBS in (request.include or ()):
+        raise InvalidRequestError(
+            f"include: {LOGPROBS!r} is not served here (the gateway returns no log "
+            "probabilities); leave it out.",
+            param="include",
+        )
+    return request, raw, len(body)
+
+
+async def _input_tokens(state: AppState, scope: Scope, receive: Receive) -> Response:
+    headers = read_headers(scope["headers"], _WANTED)
+    request, raw, size = await _parsed(state, headers, receive)
     history = await _history(state, request)
-    core, _, _ = _core(state, request, raw, len(body), headers, history)
+    core, _, _ = _core(state, request, raw, size, headers, history)
     count = await count_prompt_tokens(state, core)
     return Response(
         orjson.dumps({"object": "response.input_tokens", "input_tokens": count}),
@@ -268,16 +259,30 @@ async def _input_tokens(state: AppState, scope: Scope, receive: Receive) -> Resp
     )
 
 
-async def serve_input_tokens(scope: Scope, receive: Receive, send: Send) -> None:
-    """POST /v1/responses/input_tokens: what a /v1/responses request with this body would take
-    as input tokens, before sending it (rendered here, counted by the engine's tokenizer)."""
-    try:
-        response = await _input_tokens(scope["app"].state.flashbox, scope, receive)
-    except GatewayError as exc:
-        response = error_response(exc)
-    except ClientDisconnected:
-        return
-    await response(scope, receive, send)
+Handler = Callable[[AppState, Scope, Receive], Awaitable[Response]]
+
+
+def _asgi(handler: Handler) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """A handler as a bare ASGI app: its GatewayError as OpenAI's error body, nothing sent
+    to a client that left."""
+
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            response = await handler(scope["app"].state.flashbox, scope, receive)
+        except GatewayError as exc:
+            response = error_response(exc)
+        except ClientDisconnected:
+            return
+        await response(scope, receive, send)
+
+    return serve
+
+
+# POST /v1/responses.
+serve_responses = _asgi(_respond)
+# POST /v1/responses/input_tokens: what a /v1/responses request with this body would take as
+# input tokens, before sending it (rendered here, counted by the engine's tokenizer).
+serve_input_tokens = _asgi(_input_tokens)
 
 
 async def _stored_or_404(request: Request, response_id: str) -> dict[str, Any]:
