@@ -13,7 +13,7 @@ import orjson
 from fastapi import APIRouter
 from pydantic import ValidationError
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Receive, Scope
 
 from gateway.core.images import ImageSlots
 from gateway.core.request import CoreRequest, Sampling, SessionHints
@@ -33,6 +33,7 @@ from gateway.faces.anthropic.encode import MessagesAnswer
 from gateway.faces.anthropic.errors import error_response
 from gateway.faces.anthropic.protocol import CountTokensRequest, MessagesRequest
 from gateway.faces.body import check_counts, load_json_body, read_body
+from gateway.faces.endpoint import face_endpoint
 from gateway.faces.validation import validation_message
 from gateway.state import AppState
 
@@ -98,15 +99,12 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     return await run.respond(receive)
 
 
-async def serve_messages(scope: Scope, receive: Receive, send: Send) -> None:
-    """POST /v1/messages as a bare ASGI app."""
-    try:
-        response = await _respond(scope["app"].state.flashbox, scope, receive)
-    except GatewayError as exc:
-        response = error_response(exc, scope["state"]["request_id"])
-    except ClientDisconnected:
-        return
-    await response(scope, receive, send)
+def _anthropic_error(error: GatewayError, scope: Scope) -> Response:
+    return error_response(error, scope["state"]["request_id"])
+
+
+# POST /v1/messages as a bare ASGI app.
+serve_messages = face_endpoint(_respond, _anthropic_error)
 
 
 async def _count(state: AppState, scope: Scope, receive: Receive) -> Response:
@@ -137,15 +135,8 @@ async def _count(state: AppState, scope: Scope, receive: Receive) -> Response:
     )
 
 
-async def serve_count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
-    """POST /v1/messages/count_tokens: the rendered prompt's exact token count, from the engine."""
-    try:
-        response = await _count(scope["app"].state.flashbox, scope, receive)
-    except GatewayError as exc:
-        response = error_response(exc, scope["state"]["request_id"])
-    except ClientDisconnected:
-        return
-    await response(scope, receive, send)
+# POST /v1/messages/count_tokens: the rendered prompt's exact token count, from the engine.
+serve_count_tokens = face_endpoint(_count, _anthropic_error)
 
 
 @router.api_route("/api/hello", methods=["GET", "HEAD"])

@@ -16,12 +16,12 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Receive, Scope
 
 from gateway.core.run import Run
 from gateway.errors import ClientDisconnected, GatewayError
 from gateway.faces.body import read_body
-from gateway.faces.errors import error_response
+from gateway.faces.endpoint import face_endpoint
 from gateway.faces.headers import read_headers
 from gateway.faces.openai_chat.encode import ChatAnswer
 from gateway.faces.openai_chat.input import API, parse_chat
@@ -71,12 +71,5 @@ async def chat_completions(request: Request) -> Response:
         return Response(status_code=499)  # nobody is left to read it
 
 
-async def serve_chat(scope: Scope, receive: Receive, send: Send) -> None:
-    """The route as a bare ASGI app; GatewayError is answered as the app's handler would."""
-    try:
-        response = await _respond(scope["app"].state.flashbox, scope, receive)
-    except GatewayError as exc:
-        response = error_response(exc)
-    except ClientDisconnected:
-        return  # left while sending its body: nothing was started, nobody to answer
-    await response(scope, receive, send)
+# The route as a bare ASGI app; GatewayError is answered as the app's handler would.
+serve_chat = face_endpoint(_respond)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -14,14 +13,14 @@ from fastapi import APIRouter
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Receive, Scope
 
 from gateway.core.images import ImageSlots
 from gateway.core.request import CoreRequest, Sampling, SessionHints
 from gateway.core.run import Run, count_prompt_tokens
 from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError, NotFoundError
 from gateway.faces.body import check_counts, load_json_body, read_body
-from gateway.faces.errors import error_response
+from gateway.faces.endpoint import face_endpoint
 from gateway.faces.headers import read_headers
 from gateway.faces.responses.convert import (
     convert_input,
@@ -259,30 +258,11 @@ async def _input_tokens(state: AppState, scope: Scope, receive: Receive) -> Resp
     )
 
 
-Handler = Callable[[AppState, Scope, Receive], Awaitable[Response]]
-
-
-def _asgi(handler: Handler) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """A handler as a bare ASGI app: its GatewayError as OpenAI's error body, nothing sent
-    to a client that left."""
-
-    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            response = await handler(scope["app"].state.flashbox, scope, receive)
-        except GatewayError as exc:
-            response = error_response(exc)
-        except ClientDisconnected:
-            return
-        await response(scope, receive, send)
-
-    return serve
-
-
 # POST /v1/responses.
-serve_responses = _asgi(_respond)
+serve_responses = face_endpoint(_respond)
 # POST /v1/responses/input_tokens: what a /v1/responses request with this body would take as
 # input tokens, before sending it (rendered here, counted by the engine's tokenizer).
-serve_input_tokens = _asgi(_input_tokens)
+serve_input_tokens = face_endpoint(_input_tokens)
 
 
 async def _stored_or_404(request: Request, response_id: str) -> dict[str, Any]:

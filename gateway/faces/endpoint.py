@@ -1,0 +1,35 @@
+"""A face's handler as a bare ASGI app (faces/registry.py mounts these): a GatewayError becomes
+the face's own error response, and a client that left while sending its body gets nothing,
+since nothing was started and nobody is left to answer."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.errors import ClientDisconnected, GatewayError
+from gateway.faces.errors import error_response
+from gateway.state import AppState
+
+Handler = Callable[[AppState, Scope, Receive], Awaitable[Response]]
+# The face's error body for a request (OpenAI's by default; Anthropic's carries request-id).
+ErrorRender = Callable[[GatewayError, Scope], Response]
+
+
+def _openai_error(error: GatewayError, scope: Scope) -> Response:
+    return error_response(error)
+
+
+def face_endpoint(handler: Handler, render: ErrorRender = _openai_error) -> ASGIApp:
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            response = await handler(scope["app"].state.flashbox, scope, receive)
+        except GatewayError as exc:
+            response = render(exc, scope)
+        except ClientDisconnected:
+            return
+        await response(scope, receive, send)
+
+    return serve
