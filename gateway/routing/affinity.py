@@ -90,6 +90,9 @@ class _Pending:
     kind: str = MAIN
     # The turn added an image while older ones remain: the cache legitimately ends earlier.
     media_reset: bool = False
+    # The pick made the lineage's pin (a new conversation): undone if the engine never takes
+    # the request (`forget`) or refuses it (a client's mistake places nothing).
+    placed: bool = False
 
 
 class AffinityPicker:
@@ -264,7 +267,7 @@ class AffinityPicker:
         self.pins.put(key, target.name, now, kind=kind)
         if session is not None:
             session.replica = target.name
-        pending = _Pending(key, affinity, expected, kind)
+        pending = _Pending(key, affinity, expected, kind, placed=True)
         return self._chosen(ctx, target, affinity, pending, now, kind)
 
     def _undeclared_kind(self, ctx: RequestContext, session: SessionInfo, now: float) -> str:
@@ -557,6 +560,9 @@ class AffinityPicker:
         pending = self._pending.pop(ctx.request_id, None)
         if pending is None:
             return
+        if outcome is Outcome.REJECTED and pending.placed:
+            self.pins.drop(pending.key)
+            return
         ok = outcome is Outcome.OK and prompt_tokens > 0
         kind = pending.kind
         if pending.affinity == "restarted":
@@ -637,8 +643,12 @@ class AffinityPicker:
         waits for it (gateway.routing.fleet sends a pinned turn's fetch then)."""
 
     def forget(self, ctx: RequestContext) -> None:
-        """Drop what pick noted for a request that never reached the engine."""
-        self._pending.pop(ctx.request_id, None)
+        """Drop what pick noted for a request that never reached the engine (it waited too
+        long for a running slot, or its client left): a conversation it placed is unplaced,
+        since no checkpoint was made for it."""
+        pending = self._pending.pop(ctx.request_id, None)
+        if pending is not None and pending.placed:
+            self.pins.drop(pending.key)
 
 
 def _log_breaker(replica: Replica, was_open: bool) -> None:

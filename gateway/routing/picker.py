@@ -74,6 +74,10 @@ class ReplicaPicker(Protocol):
         """The request's first token came, or it ended without one (gateway.core.run)."""
         ...
 
+    def forget(self, ctx: RequestContext) -> None:
+        """The request never reached the engine: what pick noted for it goes."""
+        ...
+
     def report(
         self,
         ctx: RequestContext,

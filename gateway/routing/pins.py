@@ -100,6 +100,18 @@ class PinTable:
             self.leave(pin.replica, key, pin.last_used)
         return pin
 
+    def drop(self, key: str) -> None:
+        """A pin made for a request the engine never took (gateway.routing.affinity.forget):
+        it goes, and nothing stays charged, since no checkpoint was made for it."""
+        pin = self._pins.pop(key, None)
+        if pin is None:
+            return
+        if pin.durable:
+            self._count(pin.replica, -1)
+        left = self._left.get(pin.replica)
+        if left is not None and left.pop(key, None) is not None and not left:
+            del self._left[pin.replica]
+
     def get(self, key: str, now: float) -> Pin | None:
         """The live pin for `key`, touched; None when there is none or it expired."""
         self.sweep(now)

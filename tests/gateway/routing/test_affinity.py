@@ -301,3 +301,26 @@ def test_one_replica_takes_every_session_and_logs_placements_over_budget(
     assert picker.pins.live(replicas[0].name) == 6
     assert turn(picker, "s0", 1500, 768) is replicas[0]
     assert counts["hit"] == 1
+
+
+def test_a_conversation_the_engine_never_took_is_not_placed() -> None:
+    """#33: a new conversation refused by the engine (a client's mistake) or abandoned before
+    it reached the engine (its fair-queue wait ran out, its client left) holds no budget and
+    leaves no pin: a client sending many of them cannot fill the replicas' budgets."""
+    picker, _, counts, _ = make(n=1)
+    refused, abandoned = ctx("s-refused", rid="r1"), ctx("s-abandoned", rid="r2")
+    replica = picker.pick(refused).replica
+    picker.pick(abandoned)
+    assert picker.pins.charged(replica.name) == 2
+    picker.report(refused, replica, Outcome.REJECTED)
+    picker.forget(abandoned)
+    assert picker.pins.charged(replica.name) == 0
+    assert picker.pins.peek("s-refused") is None
+    assert picker.pins.peek("s-abandoned") is None
+    # A pinned conversation's refused turn keeps its pin (its checkpoint is still there).
+    assert turn(picker, "s-live", 1000, 0) is replica
+    live = ctx("s-live", rid="r3")
+    picker.report(live, picker.pick(live).replica, Outcome.REJECTED)
+    assert picker.pins.peek("s-live") is not None
+    assert picker.pins.charged(replica.name) == 1
+    assert counts["new"] == 3
