@@ -145,6 +145,10 @@ class AdmissionController:
             waiter, _ = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_exception(self._shutting_down())
+        # And what waits for a running slot on an engine (gateway.fairness): it holds no
+        # engine work yet, so it goes now, not at the end of the grace period.
+        for state in {id(entry.app_state): entry.app_state for entry in self.running}.values():
+            state.slots.refuse_waiting(self._shutting_down())
         log.info(
             "draining: %d requests in flight, %.0fs grace", len(self.running), self.shutdown.grace_s
         )
@@ -218,14 +222,16 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
             return
         scope_state = scope.setdefault("state", {})
+        key = limiter.identify(
+            scope,
+            state.auth.enabled,
+            credentials.get(b"authorization"),
+            credentials.get(b"x-api-key"),
+        )
+        # Whom the request's share of the engine counts against (gateway.fairness).
+        scope_state["flow"] = key or "unknown"
         decision = None
         if limiter.enabled:
-            key = limiter.identify(
-                scope,
-                state.auth.enabled,
-                credentials.get(b"authorization"),
-                credentials.get(b"x-api-key"),
-            )
             decision = None if key is None else await limiter.check(key)
             if decision is not None:
                 headers = self.limit_headers(decision)

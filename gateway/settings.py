@@ -12,7 +12,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
@@ -22,6 +22,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+
+_T = TypeVar("_T")
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config" / "gateway.yaml"
 
@@ -320,20 +322,61 @@ class RateLimitSettings(_Section):
     @field_validator("keys")
     @classmethod
     def _key_ids(cls, value: dict[str, KeyRateLimits]) -> dict[str, KeyRateLimits]:
-        for key_id in value:
-            if key_id.startswith("addr:"):
-                try:
-                    ipaddress.ip_address(key_id.removeprefix("addr:"))
-                except ValueError:
-                    raise ValueError(f"rate_limits.keys: {key_id!r} is not addr:<ip>") from None
-            elif not re.fullmatch(r"[0-9a-f]{12}", key_id):
-                # Refused so that config never holds a key, only its id.
-                raise ValueError(
-                    "rate_limits.keys are key ids: the first 12 hex digits of the key's sha256 "
-                    "(printf %s KEY | sha256sum | cut -c1-12), or addr:<ip>; got a "
-                    f"{len(key_id)}-character name"
-                )
-        return value
+        return _checked_key_ids(value, "rate_limits.keys")
+
+
+def _checked_key_ids(value: dict[str, _T], where: str) -> dict[str, _T]:
+    """Per-key settings are kept under key ids (or addr:<ip>), never under keys."""
+    for key_id in value:
+        if key_id.startswith("addr:"):
+            try:
+                ipaddress.ip_address(key_id.removeprefix("addr:"))
+            except ValueError:
+                raise ValueError(f"{where}: {key_id!r} is not addr:<ip>") from None
+        elif not re.fullmatch(r"[0-9a-f]{12}", key_id):
+            # Refused so that config never holds a key, only its id.
+            raise ValueError(
+                f"{where} are key ids: the first 12 hex digits of the key's sha256 "
+                "(printf %s KEY | sha256sum | cut -c1-12), or addr:<ip>; got a "
+                f"{len(key_id)}-character name"
+            )
+    return value
+
+
+class KeyShare(_Section):
+    """One key's share of the engine (fairness.keys)."""
+
+    # Its share of a replica's slots against other flows of its priority band, when all want.
+    weight: float = Field(default=1.0, gt=0, le=1000)
+    # Higher bands are served first (a batch key below 0, an interactive one above).
+    priority: int = Field(default=0, ge=-100, le=100)
+    # Its own bound on requests waiting (None: fairness.max_queued_per_key).
+    max_queued: int | None = Field(default=None, ge=0)
+
+
+class FairnessSettings(_Section):
+    """Fair shares of each replica's running slots (gateway/fairness.py; docs/fairness.md):
+    requests beyond a replica's running slots wait in the gateway, served by priority and
+    then fairly across keys (client addresses without keys), not in the engine's FIFO."""
+
+    enabled: bool = True
+    # Requests waiting for a slot, over every replica and key; one more is refused with 429.
+    max_queued: int = Field(default=1024, ge=0)
+    # Requests one key (or address) may have waiting; one more is refused with 429.
+    max_queued_per_key: int = Field(default=256, ge=0)
+    # A request still waiting after this long is refused with 503 (timeouts.first_token_s
+    # is the same bound on the engine's own queue).
+    max_wait_s: float = Field(default=1800.0, gt=0)
+    # Added to the priority of a session's pinned turn (its checkpoint waits at that replica):
+    # with 1, interactive sessions' next turns go ahead of any key's new conversations.
+    pinned_priority: int = Field(default=0, ge=0, le=100)
+    # Per-key weight, priority and queue bound, by key id (as rate_limits.keys).
+    keys: dict[str, KeyShare] = Field(default_factory=dict)
+
+    @field_validator("keys")
+    @classmethod
+    def _key_ids(cls, value: dict[str, KeyShare]) -> dict[str, KeyShare]:
+        return _checked_key_ids(value, "fairness.keys")
 
 
 class TimeoutSettings(_Section):
@@ -514,6 +557,7 @@ class Settings(BaseSettings):
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     rate_limits: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    fairness: FairnessSettings = Field(default_factory=FairnessSettings)
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     shutdown: ShutdownSettings = Field(default_factory=ShutdownSettings)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -16,6 +17,7 @@ from gateway.core.heads import HeadTokens
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.relay import error_kind
 from gateway.errors import GatewayError
+from gateway.fairness import FairSlots
 from gateway.media import MediaResolver
 from gateway.media.addresses import HostResolver
 from gateway.observability.metrics import Metrics
@@ -25,7 +27,7 @@ from gateway.parsers.constraints import DecodingConstraintBuilder
 from gateway.ratelimit import RateLimiter
 from gateway.render.base import Renderer
 from gateway.responses_store import StoredResponses
-from gateway.routing import Replica, ReplicaPicker
+from gateway.routing import Replica, ReplicaPicker, capacity
 from gateway.routing.build import build_routing
 from gateway.routing.discovery import DnsReplicas, StaticReplicas, resolver_for
 from gateway.routing.health import HealthProber
@@ -52,6 +54,8 @@ class AppState:
     responses: StoredResponses
     # Per-key rate limits (gateway.admission asks it; off unless rate_limits sets some).
     limiter: RateLimiter
+    # Each replica's running slots and their fair queues (gateway.core.run claims one).
+    slots: FairSlots
     media: MediaResolver
     # Prompt heads' token counts (gateway.core.heads), asked of the engine once per head.
     head_tokens: HeadTokens
@@ -140,9 +144,31 @@ def build_state(
         ),
         responses=StoredResponses.build(settings.responses, metrics, shared),
         limiter=RateLimiter(settings.rate_limits, metrics, shared),
+        slots=FairSlots(
+            settings.fairness,
+            metrics,
+            lambda name: _running_slots(picker.replicas, name, settings),
+            service_s=settings.routing.service_s,
+        ),
     )
-    prober.on_info = lambda: _follow_engine_image_bounds(state)
+    prober.on_info = lambda: _learned_engine_info(state)
     return state
+
+
+def _running_slots(replicas: Sequence[Replica], name: str, settings: Settings) -> int:
+    """A replica's running slots as the fair queue fills them: what its /server_info reports
+    (max_running_requests), else routing.max_running_requests."""
+    for replica in replicas:
+        if replica.name == name:
+            return capacity.max_running(replica, settings.routing)
+    return settings.routing.max_running_requests
+
+
+def _learned_engine_info(state: AppState) -> None:
+    _follow_engine_image_bounds(state)
+    # A replica's running slots may be known only now: requests waiting there may go.
+    for replica in state.picker.replicas:
+        state.slots.capacity_changed(replica.name)
 
 
 def _follow_engine_image_bounds(state: AppState) -> None:

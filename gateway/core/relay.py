@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
 
 from gateway.core.answer import Collector, Finish, StreamEncoder, Usage, cache_created
 from gateway.errors import GatewayError, InvalidRequestError, UpstreamStreamError
@@ -25,6 +25,38 @@ from gateway.stream.text_diff import TextDiffer
 from gateway.upstream.stream import EngineEvent, EngineStream
 
 
+class EventSource(Protocol):
+    """What the relay reads: an open /generate stream, or one still waiting to open."""
+
+    def events(self) -> AsyncIterator[EngineEvent]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class HeldStream:
+    """A /generate stream opened only when the request's turn comes (gateway.fairness): the
+    relay starts the answer (headers, the face's opening events and keepalives) and reads
+    from it meanwhile. What fails while it opens ends the answer as an error event."""
+
+    def __init__(self, opener: Callable[[], Awaitable[EngineStream]]) -> None:
+        self._opener: Callable[[], Awaitable[EngineStream]] | None = opener
+        self._stream: EngineStream | None = None
+
+    async def events(self) -> AsyncIterator[EngineEvent]:
+        if self._opener is not None:
+            opener, self._opener = self._opener, None
+            self._stream = await opener()
+        if self._stream is None:
+            return
+        async for event in self._stream.events():
+            yield event
+
+    async def aclose(self) -> None:
+        self._opener = None
+        if self._stream is not None:
+            await self._stream.aclose()
+
+
 def error_kind(error: GatewayError) -> str:
     """Bounded label for flashbox_errors_total{kind}."""
     return type(error).__name__.removesuffix("Error").lower() or "gateway"
@@ -34,7 +66,7 @@ class Relay:
     def __init__(
         self,
         *,
-        engine: EngineStream,
+        engine: EventSource,
         parser: OutputParser,
         differ: TextDiffer,
         record: RequestRecord,
@@ -59,6 +91,9 @@ class Relay:
         self.streamed_tokens = False
         # True when the engine failed mid-answer (for the routing report).
         self.failed = False
+        # True when the engine refused the request mid-stream (a 4xx error event): the
+        # client's fault, not the replica's.
+        self.refused = False
         self._scan_firsts = True
         self._usage: Usage | None = None
         self._reasoning_open = True
@@ -241,7 +276,10 @@ class Relay:
             # the record is finished: a client that reads to the end is done at once.
             await send(tail, last=True)
         except GatewayError as exc:
-            self.failed = True
+            if exc.status_code < 500:
+                self.refused = True
+            else:
+                self.failed = True
             self.settle()
             self._record.finish(200, error_kind=error_kind(exc))
             await _stop(pinger)

@@ -21,10 +21,11 @@ from starlette.types import Receive
 from gateway.core.answer import Answer
 from gateway.core.heads import HEAD_TOKENS_PARAM, prompt_head
 from gateway.core.images import check_markers
-from gateway.core.relay import Relay, error_kind
+from gateway.core.relay import EventSource, HeldStream, Relay, error_kind
 from gateway.core.request import CoreRequest
 from gateway.core.retry import backoff_s, classify_failure, route_context
 from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError, NoReplicaError
+from gateway.fairness import Slot
 from gateway.media import CheckedImage, ImageRef
 from gateway.observability.timeline import RequestRecord
 from gateway.routing import Outcome, Replica, RequestContext, TurnOutput
@@ -71,6 +72,10 @@ class Run:
         # The prefill this request added to its replica's queue, until its first token.
         self._prefill_s = 0.0
         self._relay: Relay | None = None
+        # The running slot claimed at the replica (gateway.fairness), held until the end.
+        self._slot: Slot | None = None
+        # Whose share of the engine the request counts against (gateway.admission sets it).
+        self._flow: str = scope_state.get("flow", "unknown")
         self._upstream_sent = False
         self._outcome = Outcome.OK
         self._closed = False
@@ -159,7 +164,7 @@ class Run:
             tools=request.tools, tool_choice=self._tool_choice, starts_in_reasoning=in_reasoning
         )
         engine = await self._open(ctx, body)
-        if request.stream:
+        if isinstance(engine, EngineStream) and request.stream:
             try:
                 await engine.check_refusal(state.settings.upstream.refusal_wait_s)
             except GatewayError:
@@ -248,17 +253,51 @@ class Run:
             raise ContextLengthError(tokens, context)
         params["max_new_tokens"] = min(wanted, context - tokens - 1)
 
-    async def _open(self, ctx: RequestContext, body: dict[str, Any]) -> EngineStream:
-        """Route and send /generate. Nothing has reached the client yet, so a connect error or
-        an engine 5xx is retried on another replica, a bounded number of times."""
+    async def _open(self, ctx: RequestContext, body: dict[str, Any]) -> EventSource:
+        """Route, take a running slot there (gateway.fairness), send /generate.
+
+        A stream that must wait for its slot is answered at once with a stream that waits
+        inside it: its headers and the face's keepalives go out while it waits, as they do
+        while the engine prefills. Anything else waits here."""
+        state = self._state
+        # Refused before routing: a flow over its share must not place a new conversation.
+        state.slots.check_room(self._flow)
+        slot = await self._route(ctx, [])
+        if self._request.stream and not slot.granted:
+            return HeldStream(partial(self._send, ctx, body, slot))
+        return await self._send(ctx, body, slot)
+
+    async def _route(self, ctx: RequestContext, failed: list[str]) -> Slot:
+        state = self._state
+        pick = await state.picker.route(ctx, exclude=failed)
+        replica = pick.replica
+        self._take(replica, pick.prefill_s)
+        self._record.mark("route")
+        try:
+            slot = state.slots.claim(replica.name, self._flow, pinned=pick.affinity == "pinned")
+        except GatewayError:
+            self._abandon(replica)
+            raise
+        self._slot = slot
+        return slot
+
+    async def _send(self, ctx: RequestContext, body: dict[str, Any], slot: Slot) -> EngineStream:
+        """Nothing has reached the client yet, so a connect error or an engine 5xx is retried
+        on another replica, a bounded number of times."""
         state, settings = self._state, self._state.settings.routing
         failed: list[str] = []
         rng: random.Random | None = None
         for attempt in range(1, settings.max_attempts + 1):
-            pick = await state.picker.route(ctx, exclude=failed)
-            replica = pick.replica
-            self._take(replica, pick.prefill_s)
-            self._record.mark("route")
+            replica = self._replica
+            assert replica is not None  # _route took it
+            try:
+                await state.slots.wait(slot)
+            except BaseException:
+                # The wait was too long, the gateway drains or the client left: nothing
+                # reached the engine, and nothing counts against the replica.
+                self._abandon(replica)
+                raise
+            self._record.mark("slot")
             self._upstream_sent = True
             try:
                 return await state.engine.open_generate(replica, body, self._request_id)
@@ -275,6 +314,7 @@ class Run:
                 state.metrics.retries.inc()
                 rng = rng or random.Random()  # seeded from the OS: only when retrying
                 await asyncio.sleep(backoff_s(attempt, settings, rng))
+                slot = await self._route(ctx, failed)
         raise AssertionError("unreachable: the last attempt re-raises")
 
     def _take(self, replica: Replica, prefill_s: float) -> None:
@@ -292,6 +332,15 @@ class Run:
         self._upstream_sent = False
         replica.in_flight -= 1
         self._state.metrics.replica_in_flight.labels(replica=replica.name).dec()
+        if self._slot is not None:
+            self._state.slots.release(self._slot)
+            self._slot = None
+
+    def _abandon(self, replica: Replica) -> None:
+        """The request leaves before reaching the engine: what its pick noted goes."""
+        self._untake(replica)
+        if self._ctx is not None:
+            self._state.picker.forget(self._ctx)
 
     def _prefilled(self) -> None:
         """The replica answered (or the request is over): its prefill left the queue."""
@@ -332,15 +381,22 @@ class Run:
         replica.in_flight -= 1
         metrics = self._state.metrics
         metrics.child(metrics.replica_in_flight, replica.name).dec()
+        if self._slot is not None:
+            self._state.slots.release(self._slot)
         record, relay = self._record, self._relay
-        failed = relay is not None and relay.failed
+        outcome = self._outcome
+        if relay is not None and relay.failed:
+            outcome = Outcome.UPSTREAM_ERROR
+        elif relay is not None and relay.refused:
+            # The engine refused the request mid-stream (a 4xx error event): the client's.
+            outcome = Outcome.REJECTED
         output = None
-        if relay is not None and not failed and self._outcome is Outcome.OK:
+        if relay is not None and outcome is Outcome.OK:
             output = TurnOutput(relay.output_text, record.completion_tokens)
         self._state.picker.report(
             ctx,
             replica,
-            Outcome.UPSTREAM_ERROR if failed else self._outcome,
+            outcome,
             prompt_tokens=record.prompt_tokens,
             cached_tokens=record.cached_tokens,
             output=output,

@@ -47,9 +47,10 @@ RENDER_BUCKETS = (
 
 # flashbox_ttft_stage_seconds{stage}: time from request arrival to the end of each stage.
 # "media": images resolved and checked (gateway/media), before rendering; only requests with
-# images have it.
-STAGES = ("queue", "media", "render", "route", "upstream_first_byte", "first_reasoning_token",
-          "first_content_token")  # fmt: skip
+# images have it. "slot": a running slot on the replica taken (gateway/fairness.py); after
+# "route" by the time the request waited for its fair turn.
+STAGES = ("queue", "media", "render", "route", "slot", "upstream_first_byte",
+          "first_reasoning_token", "first_content_token")  # fmt: skip
 # flashbox_upstream_aborts_total{phase}: where the request was when the client left.
 ABORT_PHASES = ("queued", "before_first_token", "streaming", "non_streaming")
 # flashbox_rate_limited_total{limit,source}: the per-key bucket a refused request hit, and where
@@ -215,6 +216,24 @@ class Metrics:
         self.admission_queued = Gauge(
             "flashbox_admission_queued", "Chat requests waiting for a slot now.", registry=reg
         )
+        # Fair shares of the engine's running slots (gateway/fairness.py). `key` is a key id,
+        # or "anonymous" for every client address (addresses are not a bounded label).
+        self.fair_queue_waiting = Gauge(
+            "flashbox_fair_queue_waiting",
+            "Requests waiting in the gateway for a running slot on their replica, by key.",
+            ["key"], registry=reg,
+        )  # fmt: skip
+        self.fair_queue_wait_seconds = Histogram(
+            "flashbox_fair_queue_wait_seconds",
+            "How long a request that had to wait for a running slot waited, by key.",
+            ["key"], buckets=TTFT_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.fair_queue_rejected = Counter(
+            "flashbox_fair_queue_rejected",
+            "Requests refused by the fair queue: key_queue_full and queue_full (429), "
+            "timeout (503).",
+            ["key", "reason"], registry=reg,
+        )  # fmt: skip
         self.response_store_entries = Gauge(
             "flashbox_response_store_entries",
             "Responses kept for previous_response_id and GET /v1/responses/{id}.",

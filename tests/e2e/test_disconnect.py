@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -66,33 +67,74 @@ def test_non_streaming(sim: Proc, gateway: Proc) -> None:
 
 
 @pytest.fixture(scope="module")
-def busy_pair() -> Iterator[tuple[Proc, Proc]]:
-    """A simulator that runs one request at a time, so a second one waits in its queue."""
+def busy_sim() -> Iterator[Proc]:
+    """A simulator that runs one request at a time, so a second one waits."""
     # Slow enough (time scale 0.05) that one long answer keeps the only slot busy.
     sim = start_sim("--max-running-requests", "1", name="one-slot", time_scale=0.05)
-    gateway = start_gateway([sim.url], env=GATEWAY_ENV)
     try:
-        yield sim, gateway
+        yield sim
+    finally:
+        sim.stop()
+
+
+@pytest.fixture(scope="module")
+def busy_pair(busy_sim: Proc) -> Iterator[tuple[Proc, Proc]]:
+    """The busy simulator behind a gateway without its fair queue (docs/fairness.md), so the
+    second request waits in the engine's own queue, as behind several gateways."""
+    env = {**GATEWAY_ENV, "FLASHBOX_FAIRNESS__ENABLED": "false"}
+    gateway = start_gateway([busy_sim.url], env=env)
+    try:
+        yield busy_sim, gateway
     finally:
         gateway.stop()
-        sim.stop()
+
+
+def _hold_the_only_slot(client: openai.OpenAI) -> openai.Stream[Any]:
+    """A long answer on the only running slot, cut short by leaving."""
+    holder = client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        stream=True,
+        max_tokens=20000,
+        extra_body=sim_body(reasoning_tokens=0, content_tokens=20000),
+    )
+    chunks = iter(holder)
+    next(chunks)
+    next(chunks)
+    return holder
+
+
+def test_while_waiting_in_the_gateway_queue(busy_sim: Proc) -> None:
+    """With the fair queue (the default) the second request waits in the gateway: leaving
+    there gives its place up and costs the engine nothing; its stream had started."""
+    gateway = start_gateway([busy_sim.url], env=GATEWAY_ENV)
+    try:
+        before = metric_sum(busy_sim, ABORTS)
+        with client_for(gateway) as client:
+            holder = _hold_the_only_slot(client)
+            body = {"model": MODEL, "messages": MESSAGES, "stream": True}
+            with (
+                httpx.Client(timeout=30) as http,
+                http.stream("POST", gateway.url + "/v1/chat/completions", json=body) as response,
+            ):
+                assert response.status_code == 200  # answered at once, while it waits
+                assert wait_for(lambda: metric_sum(gateway, "flashbox_fair_queue_waiting") >= 1)
+                assert metric_sum(busy_sim, "sglang:num_queue_reqs") == 0
+            assert wait_for(lambda: metric_sum(gateway, "flashbox_fair_queue_waiting") == 0)
+            time.sleep(0.3)
+            assert metric_sum(busy_sim, ABORTS) == before  # it never reached the engine
+            assert gateway_aborts(gateway, "queued") == 0
+            holder.close()
+            assert wait_for(lambda: metric_sum(busy_sim, ABORTS) >= before + 1)
+    finally:
+        gateway.stop()
 
 
 def test_while_waiting_in_the_engine_queue(busy_pair: tuple[Proc, Proc]) -> None:
     sim, gateway = busy_pair
     before = metric_sum(sim, ABORTS)
     with client_for(gateway) as client:
-        # Holds the only running slot: a long answer, cut short by leaving.
-        holder = client.chat.completions.create(
-            model=MODEL,
-            messages=MESSAGES,
-            stream=True,
-            max_tokens=20000,
-            extra_body=sim_body(reasoning_tokens=0, content_tokens=20000),
-        )
-        holder_chunks = iter(holder)
-        next(holder_chunks)
-        next(holder_chunks)
+        holder = _hold_the_only_slot(client)
         body = {"model": MODEL, "messages": MESSAGES, "stream": True}
         with (
             httpx.Client(timeout=30) as http,

@@ -7,6 +7,7 @@ answers; every request and abort is recorded for assertions.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,8 @@ class Script:
     # sglang-kt's refusal of a streamed request: 200, this as the only event, [DONE]
     # (its /generate turns a ValueError into an in-stream error).
     refusal: str | None = None
+    # Seconds before the first event (a busy engine's queue).
+    first_event_delay_s: float = 0.0
 
 
 @dataclass
@@ -89,6 +92,8 @@ class FakeEngine:
         yield b"".join([chunk async for chunk in self._events(rid, script)])
 
     async def _events(self, rid: str, script: Script) -> AsyncIterator[bytes]:
+        if script.first_event_delay_s:
+            await asyncio.sleep(script.first_event_delay_s)
         if script.refusal is not None:
             yield b"data: " + orjson.dumps({"error": {"message": script.refusal}}) + b"\n\n"
             yield b"data: [DONE]\n\n"

@@ -157,6 +157,43 @@ async def test_a_streamed_refusal_is_the_faces_400_and_not_the_replicas_fault(
     assert 'flashbox_replica_breaker_open{replica="engine-a:30000"} 0.0' in metrics
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", chat_body(stream=True)),
+        (
+            "/v1/messages",
+            {
+                "model": "glm-5.3-flash",
+                "max_tokens": 8,
+                "stream": True,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        ),
+        ("/v1/responses", {"model": "glm-5.3-flash", "input": "hi", "stream": True}),
+    ],
+    ids=["chat", "messages", "responses"],
+)
+async def test_a_refusal_that_comes_after_the_headers_is_not_the_replicas_fault(
+    engine: FakeEngine, path: str, body: dict[str, Any]
+) -> None:
+    """A busy engine's refusal can come after the gateway stopped waiting for one (or while a
+    stream waited for its fair turn): the answer has started, so the face's error event ends
+    it, and the replica still stays trusted (#33)."""
+    engine.script = Script(refusal=TOP_K, first_event_delay_s=0.05)
+    async with gateway_client(engine, upstream={"refusal_wait_s": 0.01}) as client:
+        for _ in range(8):  # past the breaker's threshold, were refusals counted
+            response = await client.post(path, json=body)
+            assert response.status_code == 200, response.text
+            assert TOP_K in response.text
+        engine.script = Script()
+        served = await client.post(path, json=body)
+        assert served.status_code == 200
+        assert "Hel" in served.text
+        metrics = (await client.get("/metrics")).text
+        assert 'flashbox_replica_breaker_open{replica="engine-a:30000"} 0.0' in metrics
+
+
 async def test_engine_faults_open_the_breaker_with_a_log_line_and_a_metric(
     client: httpx.AsyncClient, engine: FakeEngine, caplog: pytest.LogCaptureFixture
 ) -> None:
