@@ -25,6 +25,7 @@ SUITES: dict[str, str] = {
     "affinity": "bench.affinity",
     "fleet": "bench.fleet",
     "keepalive": "bench.keepalive",
+    "fairness": "bench.fairness",
     "serve": "bench.serve",
     "sessions": "bench.sessions",
     "synth-shape": "bench.shape_synth",
