@@ -21,8 +21,9 @@ its fair turn there. The bounds are explicit: a flow with `max_queued_per_key` r
 once; a request that waited `max_wait_s` gets 503 with Retry-After. The slot is held until the
 request is over, as the engine holds it.
 
-The shares are this gateway's: each gateway of a fleet fills each replica's slots with its own
-requests (docs/fairness.md, "A fleet").
+With a shared store, a replica's slots are split among the fleet's gateways by their demand
+(gateway.fair_shares) and the capacity this gateway fills is its share; each gateway still
+orders its own queue.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class _Flow:
 @dataclass(slots=True)
 class _Replica:
     running: int = 0
+    # Running and waiting requests by flow: this gateway's demand on the replica, which a
+    # fleet's shares are drawn from (gateway.fair_shares).
+    wanted: dict[str, int] = field(default_factory=dict)
     # (-priority, start, sequence, slot): the next slot to hand out is the smallest.
     heap: list[tuple[int, float, int, Slot]] = field(default_factory=list)
     flows: dict[str, _Flow] = field(default_factory=dict)
@@ -109,6 +113,10 @@ class FairSlots:
     def waiting(self) -> int:
         return self._waiting
 
+    def demand(self) -> dict[str, dict[str, int]]:
+        """Requests running or waiting here, by replica and flow (gateway.fair_shares)."""
+        return {name: dict(state.wanted) for name, state in self._replicas.items()}
+
     def running(self, replica: str) -> int:
         found = self._replicas.get(replica)
         return found.running if found is not None else 0
@@ -134,6 +142,7 @@ class FairSlots:
         state = self._replicas.get(replica)
         if state is None:
             state = self._replicas[replica] = _Replica()
+        state.wanted[flow] = state.wanted.get(flow, 0) + 1
         if not state.waiting and state.running < self._capacity(replica):
             self._grant(state, slot)
             return slot
@@ -222,6 +231,11 @@ class FairSlots:
         state = self._replicas.get(slot.replica)
         if state is None:
             return
+        left = state.wanted.get(slot.flow, 0) - 1
+        if left > 0:
+            state.wanted[slot.flow] = left
+        else:
+            state.wanted.pop(slot.flow, None)
         if slot.granted:
             state.running -= 1
             self._hand_on(slot.replica, state)

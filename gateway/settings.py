@@ -370,6 +370,10 @@ class FairnessSettings(_Section):
     # Added to the priority of a session's pinned turn (its checkpoint waits at that replica):
     # with 1, interactive sessions' next turns go ahead of any key's new conversations.
     pinned_priority: int = Field(default=0, ge=0, le=100)
+    # With state_url: how often each gateway trades its demand for the others' through the
+    # store (gateway/fair_shares.py), and when a gateway that stopped writing is forgotten.
+    fleet_refresh_s: float = Field(default=0.25, gt=0)
+    fleet_stale_s: float = Field(default=2.0, gt=0)
     # Per-key weight, priority and queue bound, by key id (as rate_limits.keys).
     keys: dict[str, KeyShare] = Field(default_factory=dict)
 

@@ -17,6 +17,7 @@ from gateway.core.heads import HeadTokens
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.relay import error_kind
 from gateway.errors import GatewayError
+from gateway.fair_shares import FleetShares
 from gateway.fairness import FairSlots
 from gateway.media import MediaResolver
 from gateway.media.addresses import HostResolver
@@ -65,6 +66,8 @@ class AppState:
     discovery: DnsReplicas | None = None
     # The fleet's shared state store (state_url); None: in-process state only.
     shared: SharedStore | None = None
+    # This gateway's shares of the replicas' slots among the fleet's (with a store).
+    shares: FleetShares | None = None
     in_flight: int = 0
     # Fire-and-forget work (abort_request calls) kept referenced until done.
     background: set[asyncio.Task[bool]] = field(default_factory=set)
@@ -119,6 +122,21 @@ def build_state(
             settings.discovery, resolver_for(settings.discovery), metrics, picker.add,
             picker.remove,
         )  # fmt: skip
+
+    def running_slots(name: str) -> int:
+        return _running_slots(picker.replicas, name, settings)
+
+    shares = (
+        None
+        if shared is None
+        else FleetShares(
+            shared,
+            settings.fairness,
+            metrics,
+            lambda: [r.name for r in picker.replicas if not r.gone],
+            running_slots,
+        )
+    )
     state = AppState(
         settings=settings,
         metrics=metrics,
@@ -147,9 +165,10 @@ def build_state(
         slots=FairSlots(
             settings.fairness,
             metrics,
-            lambda name: _running_slots(picker.replicas, name, settings),
+            running_slots if shares is None else shares.capacity,
             service_s=settings.routing.service_s,
         ),
+        shares=shares,
     )
     prober.on_info = lambda: _learned_engine_info(state)
     return state
@@ -167,8 +186,12 @@ def _running_slots(replicas: Sequence[Replica], name: str, settings: Settings) -
 def _learned_engine_info(state: AppState) -> None:
     _follow_engine_image_bounds(state)
     # A replica's running slots may be known only now: requests waiting there may go.
+    metrics = state.metrics
     for replica in state.picker.replicas:
         state.slots.capacity_changed(replica.name)
+        if state.shares is None:  # with a store, its exchanges set the share
+            slots = capacity.max_running(replica, state.settings.routing)
+            metrics.child(metrics.fair_share_slots, replica.name).set(slots)
 
 
 def _follow_engine_image_bounds(state: AppState) -> None:
@@ -214,10 +237,15 @@ async def start(state: AppState) -> None:
     log.info("first health probe took %.3fs; replicas up: %s", time.perf_counter() - started, up)
     state.prober.start()
     state.warmer.start()
+    if state.shares is not None:
+        state.shares.attach(state.slots)
+        state.shares.start()
 
 
 async def stop(state: AppState) -> None:
     await state.warmer.stop()
+    if state.shares is not None:
+        await state.shares.stop()
     if state.discovery is not None:
         await state.discovery.stop()
     # Routing's last store writes (turn reports) before the store's connections close.

@@ -228,6 +228,12 @@ class Metrics:
             "How long a request that had to wait for a running slot waited, by key.",
             ["key"], buckets=TTFT_BUCKETS, registry=reg,
         )  # fmt: skip
+        self.fair_share_slots = Gauge(
+            "flashbox_fair_share_slots",
+            "This gateway's share of each replica's running slots (its max_running_requests "
+            "without a shared store; drawn with the other gateways' demand with one).",
+            ["replica"], registry=reg,
+        )  # fmt: skip
         self.fair_queue_rejected = Counter(
             "flashbox_fair_queue_rejected",
             "Requests refused by the fair queue: key_queue_full and queue_full (429), "
