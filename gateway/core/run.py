@@ -170,7 +170,6 @@ class Run:
             except GatewayError:
                 await engine.aclose()
                 raise
-        record.mark("upstream_first_byte")
         self._relay = Relay(
             engine=engine,
             parser=parser,
@@ -300,7 +299,9 @@ class Run:
             self._record.mark("slot")
             self._upstream_sent = True
             try:
-                return await state.engine.open_generate(replica, body, self._request_id)
+                stream = await state.engine.open_generate(replica, body, self._request_id)
+                self._record.mark("upstream_first_byte")  # the engine's response headers
+                return stream
             except GatewayError as exc:
                 outcome, retryable = classify_failure(exc)
                 self._untake(replica)

@@ -219,12 +219,36 @@ def _traffic() -> list[PanelBuilder]:
             [Query(_rate("flashbox_errors_total", by="api, kind"), "{{api}} {{kind}}")],
         ),
         graph(
+            "Fair queue: waiting by key",
+            "Requests waiting in the gateway for a running slot on their replica, by API key "
+            "(anonymous: every client address), and the slots this gateway fills at each "
+            "replica (its share of them with a shared store). docs/fairness.md.",
+            COUNT,
+            [
+                Query("sum by (key) (flashbox_fair_queue_waiting)", "{{key}}"),
+                Query("sum by (replica) (flashbox_fair_share_slots)", "slots {{replica}}"),
+            ],
+            width=HALF_WIDTH,
+        ),
+        graph(
+            "Fair queue: wait by key (p95)",
+            "How long the requests that waited for a running slot waited, by API key: a key "
+            "that floods waits for its own requests, the others for about one slot.",
+            SECONDS,
+            quantiles("flashbox_fair_queue_wait_seconds", (0.95,), by="key"),
+            width=HALF_WIDTH,
+        ),
+        graph(
             "Rejected requests and tool calls",
-            "Requests refused before any work (limits, queue full), and tool calls the parser "
-            "dropped, by reason.",
+            "Requests refused before any work (limits, queue full, a key's share of the fair "
+            "queue), and tool calls the parser dropped, by reason.",
             OPS,
             [
                 Query(_rate("flashbox_admission_rejected_total", by="reason"), "{{reason}}"),
+                Query(
+                    _rate("flashbox_fair_queue_rejected_total", by="reason"),
+                    "fair queue {{reason}}",
+                ),
                 Query(
                     _rate("flashbox_tool_calls_rejected_total", by="reason"), "tool call {{reason}}"
                 ),

@@ -53,7 +53,12 @@ GATEWAY_ENV = {
     # The load's sessions share a short system prompt: counted as a prompt head, so new
     # sessions are placed where its checkpoint is and the head panels have data.
     "FLASHBOX_ROUTING__MIN_HEAD_TOKENS": "16",
+    # Each simulator runs RUNNING requests at a time, fewer than the sessions' first turns on
+    # it: one waits in the gateway's fair queue, and the next one is refused (429, retried),
+    # so the fair-queue panels have data.
+    "FLASHBOX_FAIRNESS__MAX_QUEUED_PER_KEY": "1",
 }
+RUNNING = 2
 HEADING = (
     f"flashbox dashboards during the monitoring test: simulated engine at x{TIME_SCALE:g} time "
     f"(seconds {1 / TIME_SCALE:g}x shorter, tokens/s {1 / TIME_SCALE:g}x higher than the box)"
@@ -97,7 +102,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     with contextlib.ExitStack() as stack:
         sims = []
         for name in ("sim-a", "sim-b"):
-            sim = start_sim(name=name, time_scale=TIME_SCALE)
+            sim = start_sim(
+                "--max-running-requests", str(RUNNING), name=name, time_scale=TIME_SCALE
+            )
             stack.callback(sim.stop)
             sims.append(sim)
         gateway = start_gateway([sim.url for sim in sims], env=GATEWAY_ENV)
