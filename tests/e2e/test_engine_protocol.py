@@ -9,10 +9,12 @@ face's shape), never the content. Where the two engines may differ, the test say
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -628,3 +630,131 @@ def test_a_stop_signal_ends_the_engine_after_it_refused_requests(engine: Engine)
         assert time.monotonic() - started < 90
     finally:
         own.proc.stop()
+
+
+# ------------------------------------------------------- one client cannot hurt another (#33)
+
+
+def _running_slots(engine: Engine) -> int:
+    info = httpx.get(engine.url + "/server_info", timeout=10).json()
+    slots = info.get("max_running_requests")
+    assert isinstance(slots, int), info
+    assert slots > 0, info
+    return slots
+
+
+def test_requests_beyond_the_engines_slots_wait_in_the_gateway_and_are_all_served(
+    engine: Engine, engine_gateway: Proc
+) -> None:
+    """More streams at once than the engine runs: the gateway holds the rest in its fair queue
+    (their headers go out at once) and sends each as a slot frees; every one is answered."""
+    if engine.is_sim:
+        pytest.skip("over the simulator: tests/e2e/test_fairness.py, where the pace is set")
+    slots = _running_slots(engine)
+    shares = metric_sum(engine_gateway, "flashbox_fair_share_slots")
+    assert shares == slots  # learned from the engine's /server_info
+    waited = metric_sum(engine_gateway, "flashbox_fair_queue_wait_seconds_count")
+    results: list[tuple[int, str | None]] = []
+    lock = threading.Lock()
+
+    def stream(index: int) -> None:
+        body = {"model": MODEL, "messages": _user(f"count {index}"), "max_tokens": 48}
+        finish = None
+        with httpx.stream(
+            "POST",
+            engine_gateway.url + "/v1/chat/completions",
+            json={**body, "stream": True},
+            timeout=300,
+        ) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    for choice in json.loads(line[len("data: ") :]).get("choices", ()):
+                        finish = choice.get("finish_reason") or finish
+            with lock:
+                results.append((response.status_code, finish))
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(slots + 4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert len(results) == slots + 4
+    assert all(code == 200 and finish in FINISHES for code, finish in results), results
+    assert metric_sum(engine_gateway, "flashbox_fair_queue_wait_seconds_count") > waited
+    assert metric_sum(engine_gateway, "flashbox_fair_queue_waiting") == 0
+
+
+@pytest.fixture
+def roomy_gateway(engine: Engine) -> Iterator[Proc]:
+    """A gateway that takes max_tokens past the simulator's context too, so an output that
+    cannot fit is refused by the engine rather than by the face."""
+    env = engine_gateway_env(engine, FLASHBOX_LIMITS__MAX_TOKENS=str(2 * engine.context_length))
+    proc = start_gateway([engine.url], env=env)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_a_refusal_after_the_headers_is_the_clients_and_the_replica_stays_trusted(
+    engine: Engine, roomy_gateway: Proc
+) -> None:
+    """Every running slot is held by a long answer and more wait, so the next streams wait in
+    the gateway's fair queue and get their headers at once. Each asks for an output that
+    cannot fit after its prompt, which the engine refuses once it is sent: inside the stream,
+    as the face's error event. More of them than the breaker's threshold leave the replica
+    trusted."""
+    slots = _running_slots(engine)
+    url = roomy_gateway.url + "/v1/chat/completions"
+    hold = {
+        "model": MODEL,
+        "messages": _user("Talk for a long time."),
+        "max_tokens": min(6000, engine.context_length // 2),
+        "stream": True,
+        **engine.steer(fault="stall_first"),
+    }
+    past = {
+        "model": MODEL,
+        "messages": _user("hi"),
+        "max_tokens": engine.context_length,
+        "stream": True,
+    }
+    refused: list[httpx.Response] = []
+
+    def refusal() -> None:
+        refused.append(httpx.post(url, json=past, timeout=300))
+
+    # Three holders a slot: the real engine's random model ends some answers early, and the
+    # holders that wait keep the queue non-empty, so the refusals wait behind them.
+    limits = httpx.Limits(max_connections=None)
+    with (
+        httpx.Client(timeout=300, limits=limits) as client,
+        contextlib.ExitStack() as holders,
+    ):
+        for _ in range(3 * slots):
+            response = holders.enter_context(client.stream("POST", url, json=hold))
+            assert response.status_code == 200
+        waiting = [threading.Thread(target=refusal) for _ in range(6)]
+        for thread in waiting:
+            thread.start()
+        assert wait_for(lambda: metric_sum(roomy_gateway, "flashbox_fair_queue_waiting") >= 6)
+    # The holders left (their generations are aborted): the refusals go, one slot at a time.
+    for thread in waiting:
+        thread.join(timeout=300)
+    assert len(refused) == 6
+    # A refusal that found a slot free is refused before its answer starts: the face's 400, as
+    # before. The simulator holds its slots until the holders leave, so there every refusal
+    # waited; the real engine's random models end many answers within a second or two (the
+    # dense one nearly all), so there some may find a slot free.
+    late = [answer for answer in refused if answer.status_code == 200]
+    assert all(answer.status_code in (200, 400) for answer in refused)
+    if engine.is_sim:
+        assert len(late) == 6, [answer.text for answer in refused]
+    for answer in late:
+        assert '"error"' in answer.text, answer.text  # the answer started while it waited
+        assert "context" in answer.text, answer.text
+    assert metric_sum(roomy_gateway, "flashbox_replica_breaker_open") == 0
+    ok = httpx.post(
+        url, json={"model": MODEL, "messages": _user("hi"), "max_tokens": 4}, timeout=120
+    )
+    assert ok.status_code == 200, ok.text
