@@ -148,7 +148,7 @@ class AdmissionController:
         # And what waits for a running slot on an engine (gateway.fairness): it holds no
         # engine work yet, so it goes now, not at the end of the grace period.
         for state in {id(entry.app_state): entry.app_state for entry in self.running}.values():
-            state.slots.refuse_waiting(self._shutting_down())
+            state.slots.refuse_waiting(self._shutting_down)
         log.info(
             "draining: %d requests in flight, %.0fs grace", len(self.running), self.shutdown.grace_s
         )

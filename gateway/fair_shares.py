@@ -13,11 +13,10 @@ a gateway that stopped, is dropped). Every gateway then computes the same alloca
 - a flow's slots are split among the gateways that carry it by their demand.
 
 A gateway's share of the replica is the sum of its flows' slots, rounded up, and at least
-one: a gateway whose first request arrives between two refreshes still sends it, so the
-engine's queue holds at most a request or two per gateway, not a flood. A gateway that had no
-demand at the exchange may fill what the others leave. Rounding up keeps every
-slot in use; a replica may run up to one request per gateway over its slots, queued by the
-engine.
+one. A gateway with no demand at the exchange gets an even part (among the idle gateways) of
+what the others leave, so a burst that arrives before the next exchange is not held to one
+slot. Rounding up keeps every slot in use; a replica may then run about one request per
+gateway over its slots, queued by the engine, never a flood.
 
 When the store does not answer, the shares are dropped and each gateway fills the replica's
 slots alone, as without a store (docs/fairness.md, "A fleet").
@@ -40,20 +39,16 @@ from gateway.shared_state import SharedStore
 log = logging.getLogger("gateway.fair_shares")
 
 # KEYS: one hash per replica (gateway id -> "<ms> <flow>=<n> ..."). ARGV: this gateway's id,
-# the stale bound (ms), then this gateway's demand on each key ("" for none). Returns, per key,
-# the other gateways' fresh entries; drops the stale ones.
+# the stale bound (ms), then this gateway's demand on each key ("" for none: an idle gateway
+# is written too, so the others know how many share what is left). Returns, per key, the other
+# gateways' fresh entries; drops the stale ones.
 _EXCHANGE = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local stale = tonumber(ARGV[2])
 local out = {}
 for i, key in ipairs(KEYS) do
-  local mine = ARGV[i + 2]
-  if mine == '' then
-    redis.call('HDEL', key, ARGV[1])
-  else
-    redis.call('HSET', key, ARGV[1], now .. ' ' .. mine)
-  end
+  redis.call('HSET', key, ARGV[1], now .. ' ' .. ARGV[i + 2])
   local entries = redis.call('HGETALL', key)
   local fresh = {}
   for j = 1, #entries, 2 do
@@ -203,15 +198,19 @@ class FleetShares:
     def _share(self, name: str, mine: dict[str, int], entries: list[bytes | str]) -> int:
         base = self._base(name)
         total = dict(mine)
+        idle = 1
         for entry in entries:
             text = entry.decode() if isinstance(entry, bytes) else str(entry)
-            for flow, count in _decode(text).items():
+            demand = _decode(text)
+            idle += not demand
+            for flow, count in demand.items():
                 total[flow] = total.get(flow, 0) + count
         given = allocate(base, total, self._settings)
         if not mine:
-            # Nothing here at the exchange: what the others leave, so a burst that arrives
-            # before the next one is not held to a single slot.
-            share = base - sum(given.values())
+            # Nothing here at the exchange: an even part of what the others leave, so a burst
+            # that arrives before the next exchange is not held to one slot, and bursts at
+            # every idle gateway at once do not each take all of it.
+            share = (base - sum(given.values())) / idle
         else:
             share = sum(given.get(flow, 0.0) * n / total[flow] for flow, n in mine.items())
         return max(1, math.ceil(share - 1e-9))

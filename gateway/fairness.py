@@ -18,7 +18,8 @@ goes to the next request by
 Routing is unchanged: a session's turn still goes to its checkpoint's replica; it only waits
 its fair turn there. The bounds are explicit: a flow with `max_queued_per_key` requests waiting
 (a key's own `max_queued`), or a gateway with `max_queued`, is answered 429 with Retry-After at
-once; a request that waited `max_wait_s` gets 503 with Retry-After. The slot is held until the
+once; a request that waited `max_wait_s` gets 503 with Retry-After (a stream, whose answer
+started while it waited, gets the face's error event instead). The slot is held until the
 request is over, as the engine holds it.
 
 With a shared store, a replica's slots are split among the fleet's gateways by their demand
@@ -78,9 +79,11 @@ class _Replica:
     wanted: dict[str, int] = field(default_factory=dict)
     # (-priority, start, sequence, slot): the next slot to hand out is the smallest.
     heap: list[tuple[int, float, int, Slot]] = field(default_factory=list)
-    flows: dict[str, _Flow] = field(default_factory=dict)
+    # Each priority band keeps its own virtual clock and flows: serving a higher band must
+    # not move a lower band's clock past that band's own backlog.
+    flows: dict[tuple[int, str], _Flow] = field(default_factory=dict)
+    virtual: dict[int, float] = field(default_factory=dict)
     waiting: int = 0
-    virtual: float = 0.0
 
 
 class FairSlots:
@@ -107,7 +110,8 @@ class FairSlots:
         self._flow_waiting: dict[str, int] = {}
         self._waiting = 0
         self._sequence = itertools.count()
-        self._refusal: GatewayError | None = None
+        # While the gateway drains: what a request that waits, or would, is refused with.
+        self._refusal: Callable[[], GatewayError] | None = None
 
     @property
     def waiting(self) -> int:
@@ -138,19 +142,23 @@ class FairSlots:
             slot.granted = True
             return slot
         if self._refusal is not None:
-            raise self._refusal
+            raise self._refusal()
         state = self._replicas.get(replica)
         if state is None:
             state = self._replicas[replica] = _Replica()
-        state.wanted[flow] = state.wanted.get(flow, 0) + 1
         if not state.waiting and state.running < self._capacity(replica):
+            state.wanted[flow] = state.wanted.get(flow, 0) + 1
             self._grant(state, slot)
             return slot
-        flow_state = state.flows.get(flow)
+        # Asked again here: requests of one flow routed at once all passed the check before
+        # routing, and a retry is routed again without it.
+        self.check_room(flow)
+        state.wanted[flow] = state.wanted.get(flow, 0) + 1
+        flow_state = state.flows.get((priority, flow))
         if flow_state is None:
-            flow_state = state.flows[flow] = _Flow()
+            flow_state = state.flows[(priority, flow)] = _Flow()
         weight = share.weight if share is not None else 1.0
-        slot.start = max(state.virtual, flow_state.finish)
+        slot.start = max(state.virtual.get(priority, 0.0), flow_state.finish)
         flow_state.finish = slot.start + 1.0 / weight
         flow_state.waiting += 1
         heapq.heappush(state.heap, (-priority, slot.start, next(self._sequence), slot))
@@ -201,11 +209,15 @@ class FairSlots:
         if slot.granted:
             return
         if slot.waiter is None or slot.done:
-            raise self._refusal or NoReplicaError("The request's place in the queue is gone.")
+            if self._refusal is not None:
+                raise self._refusal()
+            raise NoReplicaError("The request's place in the queue is gone.")
         try:
             async with asyncio.timeout(self._settings.max_wait_s):
                 await asyncio.shield(slot.waiter)
         except TimeoutError:
+            if slot.granted:
+                return  # granted as the deadline passed: it goes
             self.release(slot)
             self._metrics.child(self._metrics.fair_queue_rejected, slot.label, "timeout").inc()
             raise NoReplicaError(
@@ -256,7 +268,7 @@ class FairSlots:
             _, start, _, slot = heapq.heappop(state.heap)
             if slot.done:
                 continue
-            state.virtual = max(state.virtual, start)
+            state.virtual[slot.priority] = max(state.virtual.get(slot.priority, 0.0), start)
             self._left_queue(state, slot)
             self._grant(state, slot)
             metrics = self._metrics
@@ -266,9 +278,9 @@ class FairSlots:
             if slot.waiter is not None and not slot.waiter.done():
                 slot.waiter.set_result(None)
         if not state.waiting:
-            # Nobody waits: the virtual clock starts over (what is left in the heap was given up).
+            # Nobody waits: the virtual clocks start over (what is left in the heap was given up).
             state.heap.clear()
-            state.virtual = 0.0
+            state.virtual.clear()
 
     def _grant(self, state: _Replica, slot: Slot) -> None:
         slot.granted = True
@@ -282,13 +294,13 @@ class FairSlots:
             self._flow_waiting[slot.flow] = left
         else:
             del self._flow_waiting[slot.flow]
-        flow_state = state.flows.get(slot.flow)
+        flow_state = state.flows.get((slot.priority, slot.flow))
         if flow_state is not None:
             flow_state.waiting -= 1
             if not flow_state.waiting:
                 # Forgotten once it has nobody waiting (the table stays as small as the queue):
                 # when it comes back it starts at the virtual time then, as a new flow does.
-                del state.flows[slot.flow]
+                del state.flows[(slot.priority, slot.flow)]
         self._metrics.child(self._metrics.fair_queue_waiting, slot.label).dec()
 
     def capacity_changed(self, replica: str) -> None:
@@ -297,12 +309,12 @@ class FairSlots:
         if state is not None:
             self._hand_on(replica, state)
 
-    def refuse_waiting(self, error: GatewayError) -> None:
-        """The gateway drains: what waits, and what would, gets `error`."""
+    def refuse_waiting(self, error: Callable[[], GatewayError]) -> None:
+        """The gateway drains: what waits, and what would, gets an `error()` of its own."""
         self._refusal = error
         for state in self._replicas.values():
             for _, _, _, slot in state.heap:
                 if slot.done:
                     continue
                 if slot.waiter is not None and not slot.waiter.done():
-                    slot.waiter.set_exception(error)
+                    slot.waiter.set_exception(error())

@@ -350,8 +350,9 @@ class KeyShare(_Section):
     weight: float = Field(default=1.0, gt=0, le=1000)
     # Higher bands are served first (a batch key below 0, an interactive one above).
     priority: int = Field(default=0, ge=-100, le=100)
-    # Its own bound on requests waiting (None: fairness.max_queued_per_key).
-    max_queued: int | None = Field(default=None, ge=0)
+    # Its own bound on requests waiting (None: fairness.max_queued_per_key); at least 1, since a
+    # request routed to a full replica has nowhere else to go.
+    max_queued: int | None = Field(default=None, ge=1)
 
 
 class FairnessSettings(_Section):
@@ -361,9 +362,9 @@ class FairnessSettings(_Section):
 
     enabled: bool = True
     # Requests waiting for a slot, over every replica and key; one more is refused with 429.
-    max_queued: int = Field(default=1024, ge=0)
+    max_queued: int = Field(default=1024, ge=1)
     # Requests one key (or address) may have waiting; one more is refused with 429.
-    max_queued_per_key: int = Field(default=256, ge=0)
+    max_queued_per_key: int = Field(default=256, ge=1)
     # A request still waiting after this long is refused with 503 (timeouts.first_token_s
     # is the same bound on the engine's own queue).
     max_wait_s: float = Field(default=1800.0, gt=0)

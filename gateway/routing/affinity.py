@@ -90,9 +90,9 @@ class _Pending:
     kind: str = MAIN
     # The turn added an image while older ones remain: the cache legitimately ends earlier.
     media_reset: bool = False
-    # The pick made the lineage's pin (a new conversation): undone if the engine never takes
-    # the request (`forget`) or refuses it (a client's mistake places nothing).
-    placed: bool = False
+    # The pin the pick made for a new conversation: undone if the engine never takes the
+    # request (`forget`) or refuses it (a client's mistake places nothing).
+    placed: Pin | None = None
 
 
 class AffinityPicker:
@@ -264,10 +264,10 @@ class AffinityPicker:
             if kind == MAIN:
                 self._main_changes(ctx, key, session)
         target, affinity, expected = self._new_target(ctx, key, kind, usable, session, now)
-        self.pins.put(key, target.name, now, kind=kind)
+        pin = self.pins.put(key, target.name, now, kind=kind)
         if session is not None:
             session.replica = target.name
-        pending = _Pending(key, affinity, expected, kind, placed=True)
+        pending = _Pending(key, affinity, expected, kind, placed=pin)
         return self._chosen(ctx, target, affinity, pending, now, kind)
 
     def _undeclared_kind(self, ctx: RequestContext, session: SessionInfo, now: float) -> str:
@@ -556,12 +556,14 @@ class AffinityPicker:
             replica.breaker.failure(now)
         elif outcome is Outcome.OK:
             replica.breaker.success()
+        else:
+            replica.breaker.trial_over()
         _log_breaker(replica, was_open)
         pending = self._pending.pop(ctx.request_id, None)
         if pending is None:
             return
-        if outcome is Outcome.REJECTED and pending.placed:
-            self.pins.drop(pending.key)
+        if outcome is Outcome.REJECTED and pending.placed is not None:
+            self._unplace(pending)
             return
         ok = outcome is Outcome.OK and prompt_tokens > 0
         kind = pending.kind
@@ -647,7 +649,15 @@ class AffinityPicker:
         long for a running slot, or its client left): a conversation it placed is unplaced,
         since no checkpoint was made for it."""
         pending = self._pending.pop(ctx.request_id, None)
-        if pending is not None and pending.placed:
+        if pending is not None and pending.placed is not None:
+            self._unplace(pending)
+
+    def _unplace(self, pending: _Pending) -> None:
+        """Drop the pin a request made, unless another request's turn has been served on it
+        since (a turn of the same conversation sent meanwhile made the checkpoint real). In a
+        fleet the store keeps its claim until it idles out; only this gateway's tables drop it."""
+        pin = self.pins.peek(pending.key)
+        if pin is not None and pin is pending.placed and not pin.last_prompt_tokens:
             self.pins.drop(pending.key)
 
 

@@ -46,6 +46,13 @@ class CircuitBreaker:
         if self.state(now) is BreakerState.HALF_OPEN:
             self.trial_in_flight = True
 
+    def trial_over(self) -> None:
+        """A request that told nothing of the replica ended (the engine refused it as the
+        client's mistake, the client left, it never reached the engine): were it the half-open
+        trial, the next request is let through instead. (A request picked before the breaker
+        opened may end so too; at worst two trials then run.)"""
+        self.trial_in_flight = False
+
     def success(self) -> None:
         self.failures, self.opened_at, self.trial_in_flight = 0, None, False
 

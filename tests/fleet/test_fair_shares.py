@@ -162,3 +162,21 @@ async def test_an_idle_gateway_may_fill_what_the_others_leave(
     await b.shares.refresh()
     await a.shares.refresh()
     assert a.shares.capacity("r1") == 2
+
+
+async def test_idle_gateways_split_what_is_left(redis_server: RedisProc) -> None:
+    """Bursts at every idle gateway at once must not each take all that is left."""
+    settings = FairnessSettings()
+    gateways = [Gateway(redis_server.url, settings, capacity=8) for _ in range(3)]
+    busy, *idle = gateways
+    try:
+        for _ in range(2):
+            busy.slots.claim("r1", FLOOD)
+        for gateway in (*idle, busy, *idle):
+            await gateway.shares.refresh()
+        # 8 slots, 2 wanted: 6 left for the two idle gateways, 3 each.
+        assert [gateway.shares.capacity("r1") for gateway in idle] == [3, 3]
+    finally:
+        for gateway in gateways:
+            await gateway.shares.stop()
+            await gateway.store.close()

@@ -203,7 +203,7 @@ async def test_draining_refuses_what_waits_and_what_would() -> None:
     waiting = fair.claim("r1", B)
     task = asyncio.create_task(fair.wait(waiting))
     await asyncio.sleep(0)
-    fair.refuse_waiting(NoReplicaError("shutting down", code="shutting_down"))
+    fair.refuse_waiting(lambda: NoReplicaError("shutting down", code="shutting_down"))
     with pytest.raises(NoReplicaError):
         await task
     assert fair.waiting == 0
@@ -222,7 +222,7 @@ async def test_more_slots_reported_lets_waiting_requests_go() -> None:
 
 
 async def test_disabled_grants_everything() -> None:
-    fair, _ = slots(capacity=1, enabled=False, max_queued_per_key=0)
+    fair, _ = slots(capacity=1, enabled=False, max_queued_per_key=1)
     claimed = [fair.claim("r1", A) for _ in range(5)]
     fair.check_room(A)
     assert all(slot.granted for slot in claimed)
@@ -254,3 +254,55 @@ def test_fairness_keys_are_key_ids() -> None:
     with pytest.raises(ValueError, match="key ids"):
         FairnessSettings(keys={"sk-secret-key": KeyShare()})
     assert FairnessSettings(keys={"addr:10.0.0.1": KeyShare(priority=2)}).keys
+
+
+async def test_serving_a_higher_band_does_not_move_a_lower_bands_clock() -> None:
+    """Pinned turns (a band above) served in between must not push a new flow of the default
+    band behind the flood that band already has waiting."""
+    fair, _ = slots(capacity=1, pinned_priority=1)
+    holder = fair.claim("r1", C)
+    flood = [fair.claim("r1", A) for _ in range(10)]
+    pinned = [fair.claim("r1", C, pinned=True) for _ in range(5)]
+    for slot in [holder, *pinned]:
+        fair.release(slot)  # each hands the slot to the next pinned turn, the last to A
+    assert all(slot.granted for slot in pinned)
+    assert flood[0].granted
+    light = fair.claim("r1", B)
+    fair.release(flood[0])
+    assert light.granted
+    assert not flood[1].granted
+
+
+async def test_a_flow_over_its_share_is_refused_even_when_its_requests_were_routed_at_once() -> (
+    None
+):
+    """Requests of one flow that all passed the check before routing are counted again when
+    they would queue."""
+    fair, _ = slots(capacity=1, max_queued_per_key=2)
+    fair.claim("r1", A)
+    for _ in range(3):
+        fair.check_room(A)  # all pass: nothing waits yet
+    fair.claim("r1", A)
+    fair.claim("r1", A)
+    with pytest.raises(RateLimitError):
+        fair.claim("r1", A)
+    assert fair.waiting == 2
+
+
+async def test_a_slot_granted_in_the_deadlines_tick_is_kept() -> None:
+    fair, _ = slots(capacity=1, max_wait_s=0.05)
+    running = fair.claim("r1", A)
+    late = fair.claim("r1", B)
+    loop = asyncio.get_running_loop()
+    # Granted in the same tick the deadline fires.
+    loop.call_later(0.05, fair.release, running)
+    await fair.wait(late)
+    assert late.granted
+    assert fair.running("r1") == 1
+
+
+def test_queue_bounds_are_at_least_one() -> None:
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        FairnessSettings(max_queued_per_key=0)
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        KeyShare(max_queued=0)

@@ -210,6 +210,23 @@ def test_breaker_opens_after_failures_and_half_opens() -> None:
     assert picker.pick(ctx("s", rid="after")).replica is replica
 
 
+@pytest.mark.parametrize("outcome", [Outcome.REJECTED, Outcome.CLIENT_GONE])
+def test_a_trial_that_told_nothing_lets_the_next_request_try(outcome: Outcome) -> None:
+    """A half-open breaker's trial that the engine refused as the client's mistake, or whose
+    client left, says nothing of the replica: the next request is the trial. (Before, the
+    replica was shut out until a probe-independent success that could never come.)"""
+    picker, replicas, _, clock = make(1, breaker_failures=1, breaker_open_s=5.0)
+    (replica,) = replicas
+    c = ctx("s", rid="f")
+    picker.pick(c)
+    picker.report(c, replica, Outcome.UPSTREAM_ERROR)
+    clock.now += 5.0
+    trial = ctx("s", rid="trial")
+    picker.pick(trial)
+    picker.report(trial, replica, outcome)
+    assert picker.pick(ctx("s", rid="next")).replica is replica
+
+
 def test_connect_failure_marks_the_replica_down_at_once() -> None:
     picker, _replicas, counts, _ = make(2)
     c = ctx("s", rid="1")
@@ -324,3 +341,15 @@ def test_a_conversation_the_engine_never_took_is_not_placed() -> None:
     assert picker.pins.peek("s-live") is not None
     assert picker.pins.charged(replica.name) == 1
     assert counts["new"] == 3
+
+
+def test_a_placement_another_turn_made_real_is_kept() -> None:
+    """Two requests of one new conversation: the first places it, the second is served on its
+    pin; the first then gives up (its wait ran out). The checkpoint is real: the pin stays."""
+    picker, _, _, _ = make(n=1)
+    first, second = ctx("s-twice", rid="r1"), ctx("s-twice", rid="r2")
+    replica = picker.pick(first).replica
+    picker.pick(second)
+    picker.report(second, replica, Outcome.OK, prompt_tokens=500)
+    picker.forget(first)
+    assert picker.pins.peek("s-twice") is not None
