@@ -656,10 +656,15 @@ def test_requests_beyond_the_engines_slots_wait_in_the_gateway_and_are_all_serve
     waited = metric_sum(engine_gateway, "flashbox_fair_queue_wait_seconds_count")
     results: list[tuple[int, str | None]] = []
     lock = threading.Lock()
+    # Three requests a slot, all sent at once: the random models end many answers within a
+    # second (the dense one often after a few tokens), so fewer might never overlap.
+    count = 3 * slots
+    start = threading.Barrier(count)
 
     def stream(index: int) -> None:
         body = {"model": MODEL, "messages": _user(f"count {index}"), "max_tokens": 48}
         finish = None
+        start.wait(timeout=60)
         with httpx.stream(
             "POST",
             engine_gateway.url + "/v1/chat/completions",
@@ -673,12 +678,12 @@ def test_requests_beyond_the_engines_slots_wait_in_the_gateway_and_are_all_serve
             with lock:
                 results.append((response.status_code, finish))
 
-    threads = [threading.Thread(target=stream, args=(i,)) for i in range(slots + 4)]
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=300)
-    assert len(results) == slots + 4
+    assert len(results) == count
     assert all(code == 200 and finish in FINISHES for code, finish in results), results
     assert metric_sum(engine_gateway, "flashbox_fair_queue_wait_seconds_count") > waited
     assert metric_sum(engine_gateway, "flashbox_fair_queue_waiting") == 0
