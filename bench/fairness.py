@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-from bench.procs import start_gateway, start_sim
+from bench.procs import metric_samples, start_gateway, start_sim
 from bench.stats import percentile
 
 MODEL = "glm-5.3-flash"
@@ -130,17 +129,17 @@ def _flooder(
 
 def _mean_wait(url: str, key: str) -> float:
     """The key's mean fair-queue wait, from the gateway's histogram (0: it never waited)."""
-    wanted = hashlib.sha256(key.encode()).hexdigest()[:12]
-    text = httpx.get(url + "/metrics", timeout=10).text
-    total = count = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.labels.get("key") != wanted:
-                continue
-            if sample.name == "flashbox_fair_queue_wait_seconds_sum":
-                total = sample.value
-            elif sample.name == "flashbox_fair_queue_wait_seconds_count":
-                count = sample.value
+    wanted = {"key": hashlib.sha256(key.encode()).hexdigest()[:12]}
+    total = sum(
+        value
+        for labels, value in metric_samples(url, "flashbox_fair_queue_wait_seconds_sum")
+        if labels == wanted
+    )
+    count = sum(
+        value
+        for labels, value in metric_samples(url, "flashbox_fair_queue_wait_seconds_count")
+        if labels == wanted
+    )
     return total / count if count else 0.0
 
 

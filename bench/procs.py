@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,3 +206,15 @@ def start_redis(port: int | None = None, ready_timeout: float = 10.0) -> RedisPr
         time.sleep(0.05)
     proc.kill()
     raise RuntimeError(f"redis-server not answering after {ready_timeout}s:\n{proc.log()}")
+
+
+def metric_samples(url: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every sample called `name` on `url`/metrics, read with
+    prometheus_client's own text parser."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return [
+        (dict(sample.labels), sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]

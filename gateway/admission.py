@@ -146,9 +146,10 @@ class AdmissionController:
             if not waiter.done():
                 waiter.set_exception(self._shutting_down())
         # And what waits for a running slot on an engine (gateway.fairness): it holds no
-        # engine work yet, so it goes now, not at the end of the grace period.
-        for state in {id(entry.app_state): entry.app_state for entry in self.running}.values():
-            state.slots.refuse_waiting(self._shutting_down)
+        # engine work yet, so it goes now, not at the end of the grace period. (Whatever
+        # waits there also holds a slot here; every ticket carries the app's one state.)
+        if self.running:
+            next(iter(self.running)).app_state.slots.refuse_waiting(self._shutting_down)
         log.info(
             "draining: %d requests in flight, %.0fs grace", len(self.running), self.shutdown.grace_s
         )

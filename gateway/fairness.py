@@ -136,8 +136,7 @@ class FairSlots:
         priority = share.priority if share is not None else 0
         if pinned:
             priority += settings.pinned_priority
-        label = flow if share is not None or not flow.startswith("addr:") else ANONYMOUS
-        slot = Slot(replica, flow, priority, label, self._clock())
+        slot = Slot(replica, flow, priority, self._label(flow), self._clock())
         if not settings.enabled:
             slot.granted = True
             return slot
@@ -169,6 +168,12 @@ class FairSlots:
         self._metrics.child(self._metrics.fair_queue_waiting, slot.label).inc()
         return slot
 
+    def _label(self, flow: str) -> str:
+        """The flow's metric label: a key id, or one label for every unconfigured address."""
+        if flow.startswith("addr:") and flow not in self._settings.keys:
+            return ANONYMOUS
+        return flow
+
     def check_room(self, flow: str) -> None:
         """Raises the 429 when `flow` has its share of the queue waiting already (a key's own
         `max_queued`, else `max_queued_per_key`), or the gateway's queue is full. Asked before
@@ -184,8 +189,7 @@ class FairSlots:
         if flow_waiting < limit and self._waiting < settings.max_queued:
             return
         reason = "key_queue_full" if flow_waiting >= limit else "queue_full"
-        label = flow if share is not None or not flow.startswith("addr:") else ANONYMOUS
-        self._metrics.child(self._metrics.fair_queue_rejected, label, reason).inc()
+        self._metrics.child(self._metrics.fair_queue_rejected, self._label(flow), reason).inc()
         # About when a slot frees for this flow: the requests ahead of it, served one per
         # slot-free interval (a slot's service time over the slots they wait for).
         slots = sum(self._capacity(name) for name in self._replicas) or 1

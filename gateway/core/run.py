@@ -338,12 +338,10 @@ class Run:
             self._slot = None
 
     def _abandon(self, replica: Replica) -> None:
-        """The request leaves before reaching the engine: what its pick noted goes, and were it
-        the replica's half-open breaker trial, another request may try."""
+        """The request leaves before reaching the engine: what its pick noted goes."""
         self._untake(replica)
-        replica.breaker.trial_over()
         if self._ctx is not None:
-            self._state.picker.forget(self._ctx)
+            self._state.picker.forget(self._ctx, replica)
 
     def _prefilled(self) -> None:
         """The replica answered (or the request is over): its prefill left the queue."""

@@ -644,10 +644,12 @@ class AffinityPicker:
         """The request's first token came (or it ended without one); in process, nothing
         waits for it (gateway.routing.fleet sends a pinned turn's fetch then)."""
 
-    def forget(self, ctx: RequestContext) -> None:
+    def forget(self, ctx: RequestContext, replica: Replica) -> None:
         """Drop what pick noted for a request that never reached the engine (it waited too
         long for a running slot, or its client left): a conversation it placed is unplaced,
-        since no checkpoint was made for it."""
+        since no checkpoint was made for it, and were it the replica's half-open breaker
+        trial, another request may try."""
+        replica.breaker.trial_over()
         pending = self._pending.pop(ctx.request_id, None)
         if pending is not None and pending.placed is not None:
             self._unplace(pending)

@@ -348,9 +348,9 @@ class FleetPicker(AffinityPicker):
         if started is not None:
             started.set()
 
-    def forget(self, ctx: RequestContext) -> None:
+    def forget(self, ctx: RequestContext, replica: Replica) -> None:
         self.first_token(ctx)
-        super().forget(ctx)
+        super().forget(ctx, replica)
 
     def _epoch(self) -> int:
         """The move watch's epoch, 0 while it is not subscribed (gateway.routing.moves)."""

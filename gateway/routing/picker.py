@@ -74,8 +74,9 @@ class ReplicaPicker(Protocol):
         """The request's first token came, or it ended without one (gateway.core.run)."""
         ...
 
-    def forget(self, ctx: RequestContext) -> None:
-        """The request never reached the engine: what pick noted for it goes."""
+    def forget(self, ctx: RequestContext, replica: Replica) -> None:
+        """The request never reached `replica`, where it was picked: what pick noted for it
+        goes."""
         ...
 
     def report(

@@ -4,6 +4,7 @@ gateways trading their demand through a real redis-server."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -47,23 +48,37 @@ class Gateway:
         self.slots = FairSlots(settings, self.metrics, self.shares.capacity, service_s=20)
         # Refreshed by hand, one exchange at a time, as the loop would.
         self.shares.attach(self.slots)
+        self.closed = False
 
     def share(self) -> float | None:
         return self.metrics.registry.get_sample_value(
             "flashbox_fair_share_slots", {"replica": "r1"}
         )
 
+    async def close(self) -> None:
+        """Its store connection closed (the shares loop is never started here)."""
+        if not self.closed:
+            self.closed = True
+            await self.store.close()
+
+
+@contextlib.asynccontextmanager
+async def gateways(
+    url: str, count: int, settings: FairnessSettings | None = None, capacity: int = 4
+) -> AsyncIterator[list[Gateway]]:
+    """`count` gateways on the store at `url`, closed on the way out."""
+    made = [Gateway(url, settings or FairnessSettings(), capacity) for _ in range(count)]
+    try:
+        yield made
+    finally:
+        for gateway in made:
+            await gateway.close()
+
 
 @pytest.fixture
 async def pair(redis_server: RedisProc) -> AsyncIterator[tuple[Gateway, Gateway]]:
-    settings = FairnessSettings()
-    a, b = Gateway(redis_server.url, settings), Gateway(redis_server.url, settings)
-    try:
+    async with gateways(redis_server.url, 2) as (a, b):
         yield a, b
-    finally:
-        for gateway in (a, b):
-            await gateway.shares.stop()
-            await gateway.store.close()
 
 
 async def test_two_gateways_split_a_replica_by_their_flows_demand(
@@ -111,44 +126,33 @@ async def test_one_flow_through_two_gateways_is_one_flow(pair: tuple[Gateway, Ga
 
 async def test_a_gateway_that_stops_writing_is_forgotten(redis_server: RedisProc) -> None:
     settings = FairnessSettings(fleet_stale_s=0.2)
-    a, b = Gateway(redis_server.url, settings), Gateway(redis_server.url, settings)
-    try:
+    async with gateways(redis_server.url, 2, settings) as (a, b):
         for _ in range(8):
             a.slots.claim("r1", FLOOD)
             b.slots.claim("r1", LIGHT)
         await b.shares.refresh()
         await a.shares.refresh()
         assert a.shares.capacity("r1") == 2
-        await b.shares.stop()
-        await b.store.close()  # B is gone without a word
+        await b.close()  # B is gone without a word
         await asyncio.sleep(0.3)
         await a.shares.refresh()
         assert a.shares.capacity("r1") == 4
-    finally:
-        await a.shares.stop()
-        await a.store.close()
 
 
 async def test_without_the_store_each_gateway_fills_the_replica_alone(
-    redis_server: RedisProc,
+    redis_server: RedisProc, pair: tuple[Gateway, Gateway]
 ) -> None:
-    settings = FairnessSettings()
-    a, b = Gateway(redis_server.url, settings), Gateway(redis_server.url, settings)
-    try:
-        for _ in range(8):
-            a.slots.claim("r1", FLOOD)
-            b.slots.claim("r1", LIGHT)
-        await b.shares.refresh()
-        await a.shares.refresh()
-        assert a.shares.capacity("r1") == 2
-        redis_server.stop()
-        await a.shares.refresh()
-        assert a.shares.capacity("r1") == 4
-        assert a.share() == 4
-    finally:
-        for gateway in (a, b):
-            await gateway.shares.stop()
-            await gateway.store.close()
+    a, b = pair
+    for _ in range(8):
+        a.slots.claim("r1", FLOOD)
+        b.slots.claim("r1", LIGHT)
+    await b.shares.refresh()
+    await a.shares.refresh()
+    assert a.shares.capacity("r1") == 2
+    redis_server.stop()
+    await a.shares.refresh()
+    assert a.shares.capacity("r1") == 4
+    assert a.share() == 4
 
 
 async def test_an_idle_gateway_may_fill_what_the_others_leave(
@@ -166,17 +170,10 @@ async def test_an_idle_gateway_may_fill_what_the_others_leave(
 
 async def test_idle_gateways_split_what_is_left(redis_server: RedisProc) -> None:
     """Bursts at every idle gateway at once must not each take all that is left."""
-    settings = FairnessSettings()
-    gateways = [Gateway(redis_server.url, settings, capacity=8) for _ in range(3)]
-    busy, *idle = gateways
-    try:
+    async with gateways(redis_server.url, 3, capacity=8) as (busy, *idle):
         for _ in range(2):
             busy.slots.claim("r1", FLOOD)
         for gateway in (*idle, busy, *idle):
             await gateway.shares.refresh()
         # 8 slots, 2 wanted: 6 left for the two idle gateways, 3 each.
         assert [gateway.shares.capacity("r1") for gateway in idle] == [3, 3]
-    finally:
-        for gateway in gateways:
-            await gateway.shares.stop()
-            await gateway.store.close()

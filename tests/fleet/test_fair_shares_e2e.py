@@ -11,54 +11,32 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.procs import RedisProc, redis_server_binary, start_redis
 from tests.e2e.conftest import GATEWAY_ENV
 from tests.e2e.test_fairness import Stream
 from tests.support.metrics import metric_samples
-from tests.support.procs import Proc, start_gateway, start_sim
+from tests.support.procs import Proc
+from tests.support.redis import GatewayFleet, gateway_fleet
 
 FLOOD, LIGHT = "sk-fleet-flood", "sk-fleet-light"
 RUNNING = 4
 PER_GATEWAY = 24
 
 
-@dataclass
-class Fleet:
-    store: RedisProc
-    sim: Proc
-    gateways: list[Proc]
-
-
 @pytest.fixture(scope="module")
-def fleet() -> Iterator[Fleet]:
-    if redis_server_binary() is None:
-        pytest.skip("no valkey-server or redis-server on PATH (make debs installs redis-server)")
-    store = start_redis()
-    sim: Proc | None = None
-    gateways: list[Proc] = []
+def fleet() -> Iterator[GatewayFleet]:
     env = {
         **GATEWAY_ENV,
         "FLASHBOX_API_KEYS": f"{FLOOD},{LIGHT}",
-        "FLASHBOX_STATE_URL": store.url,
-        # A generous round-trip bound: this box is shared and loaded.
-        "FLASHBOX_STATE__TIMEOUT_S": "0.5",
         "FLASHBOX_FAIRNESS__FLEET_REFRESH_S": "0.05",
     }
-    try:
-        # Each request holds its slot for a prefill and 72 output tokens: ~0.4 s here.
-        sim = start_sim("--max-running-requests", str(RUNNING), time_scale=0.05)
-        gateways.extend(start_gateway([sim.url], env=env) for _ in range(2))
-        yield Fleet(store, sim, gateways)
-    finally:
-        for proc in [*gateways, *([sim] if sim else [])]:
-            proc.stop()
-        store.stop()
+    # Each request holds its slot for a prefill and 72 output tokens: ~0.4 s here.
+    with gateway_fleet(env, "--max-running-requests", str(RUNNING), time_scale=0.05) as fleet:
+        yield fleet
 
 
 def _sum(proc: Proc, name: str) -> float:
@@ -66,7 +44,7 @@ def _sum(proc: Proc, name: str) -> float:
 
 
 def test_the_fleet_keeps_the_engine_queue_short_and_serves_the_light_key_first(
-    fleet: Fleet,
+    fleet: GatewayFleet,
 ) -> None:
     a, b = fleet.gateways
     flood = [

@@ -10,17 +10,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import anthropic
 import openai
 import pytest
 import redis
 
-from bench.procs import RedisProc, redis_server_binary, start_redis
 from gateway.ratelimit.limiter import key_id
 from tests.e2e.conftest import GATEWAY_ENV, MODEL, client_for, metric_sum
-from tests.support.procs import Proc, start_gateway, start_sim
+from tests.support.procs import Proc
+from tests.support.redis import GatewayFleet, gateway_fleet
 
 LIMIT = 3
 KEY_A, KEY_B, KEY_C = "sk-fleet-a", "sk-fleet-b", "sk-fleet-c"
@@ -29,19 +28,8 @@ KEY_D, TOKENS = "sk-fleet-d", 20
 HELLO: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
 
 
-@dataclass
-class Fleet:
-    store: RedisProc
-    gateways: list[Proc]
-
-
 @pytest.fixture(scope="module")
-def fleet() -> Iterator[Fleet]:
-    if redis_server_binary() is None:
-        pytest.skip("no valkey-server or redis-server on PATH (make debs installs redis-server)")
-    store = start_redis()
-    sim: Proc | None = None
-    gateways: list[Proc] = []
+def fleet() -> Iterator[GatewayFleet]:
     env = {
         **GATEWAY_ENV,
         "FLASHBOX_API_KEYS": f"{KEY_A},{KEY_B},{KEY_C},{KEY_D}",
@@ -49,19 +37,10 @@ def fleet() -> Iterator[Fleet]:
         "FLASHBOX_RATE_LIMITS__KEYS": json.dumps(
             {key_id(KEY_D): {"requests_per_minute": 100, "tokens_per_minute": TOKENS}}
         ),
-        "FLASHBOX_STATE_URL": store.url,
-        # A generous round-trip bound: this box is shared and loaded (the default is 5 ms).
-        "FLASHBOX_STATE__TIMEOUT_S": "0.5",
         "FLASHBOX_STATE__RETRY_S": "0.2",
     }
-    try:
-        sim = start_sim()
-        gateways.extend(start_gateway([sim.url], env=env) for _ in range(2))
-        yield Fleet(store, gateways)
-    finally:
-        for proc in [*gateways, *([sim] if sim else [])]:
-            proc.stop()
-        store.stop()
+    with gateway_fleet(env) as fleet:
+        yield fleet
 
 
 def chat(gateway: Proc, key: str) -> openai.types.chat.ChatCompletion:
@@ -76,7 +55,7 @@ def message(gateway: Proc, key: str) -> anthropic.types.Message:
         )
 
 
-def test_n_answers_across_the_fleet_then_429_in_each_face_s_shape(fleet: Fleet) -> None:
+def test_n_answers_across_the_fleet_then_429_in_each_face_s_shape(fleet: GatewayFleet) -> None:
     a, b = fleet.gateways
     for n in range(LIMIT):
         assert chat((a, b)[n % 2], KEY_A).choices[0].message is not None
@@ -121,7 +100,7 @@ def test_n_answers_across_the_fleet_then_429_in_each_face_s_shape(fleet: Fleet) 
     assert shared == 4
 
 
-def test_tokens_used_through_one_gateway_are_refused_by_the_other(fleet: Fleet) -> None:
+def test_tokens_used_through_one_gateway_are_refused_by_the_other(fleet: GatewayFleet) -> None:
     a, b = fleet.gateways
     answer = chat(a, KEY_D)
     assert answer.usage is not None
@@ -142,7 +121,7 @@ def test_tokens_used_through_one_gateway_are_refused_by_the_other(fleet: Fleet) 
         message(a, KEY_D)
 
 
-def test_with_the_store_killed_requests_are_served_under_local_limits(fleet: Fleet) -> None:
+def test_with_the_store_killed_requests_are_served_under_local_limits(fleet: GatewayFleet) -> None:
     fleet.store.kill()
     a, b = fleet.gateways
     # A fresh key: each gateway now lets LIMIT of its requests through, then refuses.

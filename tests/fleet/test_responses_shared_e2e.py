@@ -9,41 +9,27 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from bench.procs import RedisProc, redis_server_binary, start_redis
 from tests.e2e.conftest import GATEWAY_ENV, MODEL, client_for, metric_sum, sim_body
-from tests.support.procs import Proc, start_gateway, start_sim
+from tests.support.redis import GatewayFleet, gateway_fleet
 
 # A short answer with reasoning, so the stored conversation carries encrypted reasoning too.
 SHORT = sim_body(reasoning_tokens=4, content_tokens=6)
 
 
 @pytest.fixture(scope="module")
-def fleet() -> Iterator[tuple[RedisProc, list[Proc]]]:
-    if redis_server_binary() is None:
-        pytest.skip("no valkey-server or redis-server on PATH (make debs installs redis-server)")
-    store = start_redis()
-    sim: Proc | None = None
-    gateways: list[Proc] = []
+def fleet() -> Iterator[GatewayFleet]:
     env = {
         **GATEWAY_ENV,
-        "FLASHBOX_STATE_URL": store.url,
-        "FLASHBOX_STATE__TIMEOUT_S": "0.5",  # this box is shared and loaded (default 5 ms)
         # Both gateways restore each other's reasoning (encrypted_content) byte for byte.
         "FLASHBOX_REASONING__SIGNING_KEY": "fleet-test-signing-key",
     }
-    try:
-        sim = start_sim()
-        gateways.extend(start_gateway([sim.url], env=env) for _ in range(2))
-        yield store, gateways
-    finally:
-        for proc in [*gateways, *([sim] if sim else [])]:
-            proc.stop()
-        store.stop()
+    with gateway_fleet(env) as fleet:
+        yield fleet
 
 
 @pytest.fixture(scope="module")
-def clients(fleet: tuple[RedisProc, list[Proc]]) -> Iterator[list[openai.OpenAI]]:
-    made = [client_for(gateway) for gateway in fleet[1]]
+def clients(fleet: GatewayFleet) -> Iterator[list[openai.OpenAI]]:
+    made = [client_for(gateway) for gateway in fleet.gateways]
     try:
         yield made
     finally:
@@ -86,7 +72,7 @@ def test_a_streamed_response_is_found_through_the_other_gateway(
 
 
 def test_deleted_through_b_is_gone_through_a(
-    fleet: tuple[RedisProc, list[Proc]], clients: list[openai.OpenAI]
+    fleet: GatewayFleet, clients: list[openai.OpenAI]
 ) -> None:
     a, b = clients
     first = a.responses.create(model=MODEL, input="Forget me", store=True, extra_body=SHORT)
@@ -98,6 +84,6 @@ def test_deleted_through_b_is_gone_through_a(
     assert info.value.code == "previous_response_not_found"
     shared = sum(
         metric_sum(g, "flashbox_response_store_writes_total", {"outcome": "shared"})
-        for g in fleet[1]
+        for g in fleet.gateways
     )
     assert shared >= 4

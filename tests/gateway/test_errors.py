@@ -120,8 +120,8 @@ async def test_in_stream_error_event_then_done(
 
 TOP_K = "top_k must be -1 (disable) or at least 1, got 0."
 
-
-@pytest.mark.parametrize(
+# One streamed "hi" through each face.
+STREAMED_ON_EVERY_FACE = pytest.mark.parametrize(
     ("path", "body"),
     [
         ("/v1/chat/completions", chat_body(stream=True)),
@@ -138,6 +138,9 @@ TOP_K = "top_k must be -1 (disable) or at least 1, got 0."
     ],
     ids=["chat", "messages", "responses"],
 )
+
+
+@STREAMED_ON_EVERY_FACE
 async def test_a_streamed_refusal_is_the_faces_400_and_not_the_replicas_fault(
     client: httpx.AsyncClient, engine: FakeEngine, path: str, body: dict[str, Any]
 ) -> None:
@@ -157,23 +160,7 @@ async def test_a_streamed_refusal_is_the_faces_400_and_not_the_replicas_fault(
     assert 'flashbox_replica_breaker_open{replica="engine-a:30000"} 0.0' in metrics
 
 
-@pytest.mark.parametrize(
-    ("path", "body"),
-    [
-        ("/v1/chat/completions", chat_body(stream=True)),
-        (
-            "/v1/messages",
-            {
-                "model": "glm-5.3-flash",
-                "max_tokens": 8,
-                "stream": True,
-                "messages": [{"role": "user", "content": "hi"}],
-            },
-        ),
-        ("/v1/responses", {"model": "glm-5.3-flash", "input": "hi", "stream": True}),
-    ],
-    ids=["chat", "messages", "responses"],
-)
+@STREAMED_ON_EVERY_FACE
 async def test_a_refusal_that_comes_after_the_headers_is_not_the_replicas_fault(
     engine: FakeEngine, path: str, body: dict[str, Any]
 ) -> None:

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
+from bench.procs import metric_samples
 
-
-def metric_samples(url: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """(labels, value) of every sample called `name` on `url`/metrics."""
-    text = httpx.get(url + "/metrics", timeout=5).text
-    return [
-        (dict(sample.labels), sample.value)
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name
-    ]
+__all__ = ["affinity_outcomes", "metric_samples"]
 
 
 def affinity_outcomes(url: str) -> dict[tuple[str, str], float]:

@@ -330,7 +330,7 @@ def test_a_conversation_the_engine_never_took_is_not_placed() -> None:
     picker.pick(abandoned)
     assert picker.pins.charged(replica.name) == 2
     picker.report(refused, replica, Outcome.REJECTED)
-    picker.forget(abandoned)
+    picker.forget(abandoned, replica)
     assert picker.pins.charged(replica.name) == 0
     assert picker.pins.peek("s-refused") is None
     assert picker.pins.peek("s-abandoned") is None
@@ -351,5 +351,5 @@ def test_a_placement_another_turn_made_real_is_kept() -> None:
     replica = picker.pick(first).replica
     picker.pick(second)
     picker.report(second, replica, Outcome.OK, prompt_tokens=500)
-    picker.forget(first)
+    picker.forget(first, replica)
     assert picker.pins.peek("s-twice") is not None
