@@ -85,6 +85,8 @@ STATE_CLAIM_RESULTS = ("won", "same", "adopted", "unsent")
 # Head warms (gateway/routing/warm.py): saved (the engine prefilled the head there), failed
 # (it did not answer, or answered an error).
 HEAD_WARM_OUTCOMES = ("saved", "failed")
+# flashbox_output_checkpoint_total{outcome} (gateway.routing.affinity, "the output promise").
+OUTPUT_CHECKPOINT_OUTCOMES = ("restored", "lost")
 # Shared-store round trips: loopback or one network hop, bounded by state.timeout_s (5 ms).
 STATE_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.1)
 MEDIA_BYTES_BUCKETS = (
@@ -171,6 +173,16 @@ class Metrics:
             "flashbox_affinity", "Routing decisions by outcome and lineage kind.",
             ["outcome", "lineage"], registry=reg,
         )  # fmt: skip
+        self.output_checkpoints = Counter(
+            "flashbox_output_checkpoint",
+            "Pinned turns that restored their previous prompt's checkpoint and carried the "
+            "previous answer back, by whether the engine also restored the later checkpoint of "
+            "prompt and answer together (lost: the answer's text tokenizes to other tokens "
+            "than the engine sampled, or that checkpoint was evicted first).",
+            ["outcome"], registry=reg,
+        )  # fmt: skip
+        for outcome in OUTPUT_CHECKPOINT_OUTCOMES:
+            self.output_checkpoints.labels(outcome=outcome)
         self.head_warms = Counter(
             "flashbox_head_warms",
             "Prompt heads prefilled on a replica that did not hold them, with no user waiting "

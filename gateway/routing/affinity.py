@@ -10,9 +10,13 @@ Each pinned turn is verified once it ends: the engine's cached tokens must cover
 previous prompt rounded down to the track interval ("hit"), else "verified_miss". The engine
 also checkpoints a finished turn's prompt and output together, so when the new prompt carries
 the previous output verbatim after the previous prompt (the client sent the reasoning back, as
-GLM's template keeps it), the promise is prompt and output, rounded down ("the output
-promise"). A gateway knows the output of the turns it served; a turn served by another gateway
-of a fleet falls back to the prompt.
+GLM's template keeps it), a hit is also checked against prompt and output, rounded down ("the
+output promise"), and counted apart (flashbox_output_checkpoint_total): the engine restores
+that checkpoint only when the answer's text tokenizes back to the very tokens it sampled, which
+the gateway cannot see (a sampled token sequence need not be the tokenizer's own split; the
+real engine's random test model almost never is), so its loss says nothing about routing. A
+gateway knows the output of the turns it served; a turn served by another gateway of a fleet
+falls back to the prompt.
 
 Pins are kept per lineage (gateway.routing.lineage): each conversation of a session (main,
 subagents, side requests, the conversation restarted after compaction) is pinned and verified on
@@ -88,6 +92,8 @@ class _Pending:
     affinity: str
     expected_cached: int
     kind: str = MAIN
+    # The output promise, when it reaches past `expected_cached` (else 0).
+    expected_output: int = 0
     # The turn added an image while older ones remain: the cache legitimately ends earlier.
     media_reset: bool = False
     # The pin the pick made for a new conversation: undone if the engine never takes the
@@ -105,11 +111,14 @@ class AffinityPicker:
         settings: RoutingSettings,
         count: Callable[[str, str], None],
         clock: Callable[[], float] = time.monotonic,
+        *,
+        output_checkpoint: Callable[[str], None] | None = None,
     ) -> None:
         self._replicas: list[Replica] = []
         self._by_name: dict[str, Replica] = {}
         self._settings = settings
         self._count = count
+        self._output_checkpoint = output_checkpoint or (lambda outcome: None)
         self._clock = clock
         self.pins = PinTable(settings.pin_table_size, settings.pin_idle_ttl_s)
         self.sessions = SessionTable(settings.pin_table_size, settings.pin_idle_ttl_s)
@@ -204,10 +213,13 @@ class AffinityPicker:
         if _rewritten(ctx.prompt, pin):
             log.info("restart: %s lineage %s no longer extends its last prompt", pin.kind, key[:12])
             return _Pending(key, "restarted", 0, pin.kind)
-        promised = pin.sequence_tokens if _carries_output(ctx.prompt, pin) else 0
-        expected = max(pin.last_prompt_tokens, promised) // interval * interval
+        expected = pin.last_prompt_tokens // interval * interval
+        carried = pin.sequence_tokens if _carries_output(ctx.prompt, pin) else 0
+        output = carried // interval * interval
         reset = _adds_image(pin.images, ctx.images)
-        return _Pending(key, "pinned", expected, pin.kind, reset)
+        return _Pending(
+            key, "pinned", expected, pin.kind, output if output > expected else 0, reset
+        )
 
     @staticmethod
     def _usable(replica: Replica, exclude: Collection[str], now: float) -> bool:
@@ -525,8 +537,26 @@ class AffinityPicker:
             self._pending[ctx.request_id] = pending
         if affinity not in ("pinned", "head"):
             self._count(affinity, kind)
-        cached = pending.expected_cached if pending is not None else 0
+        cached = 0
+        if pending is not None:
+            cached = max(pending.expected_cached, pending.expected_output)
         return AffinityPick(replica, affinity, self._prefill_s(ctx, cached))
+
+    def _verify_output(self, replica: Replica, pending: _Pending, cached_tokens: int) -> None:
+        if cached_tokens >= pending.expected_output:
+            self._output_checkpoint("restored")
+            return
+        self._output_checkpoint("lost")
+        log.info(
+            "output checkpoint lost on %s: %s lineage %s cached %d, its prompt's %d but not "
+            "the %d of prompt and answer",
+            replica.name,
+            pending.kind,
+            pending.key[:12],
+            cached_tokens,
+            pending.expected_cached,
+            pending.expected_output,
+        )
 
     def _prefill_s(self, ctx: RequestContext, cached_tokens: int) -> float:
         """The engine seconds the request's prefill adds to a replica's queue."""
@@ -578,6 +608,8 @@ class AffinityPicker:
             elif cached_tokens >= pending.expected_cached:
                 self._count("head_hit" if head else "hit", kind)
                 self.heads_restored = self.heads_restored or head
+                if pending.expected_output:
+                    self._verify_output(replica, pending, cached_tokens)
             else:
                 self._count("head_miss" if head else "verified_miss", kind)
                 log.info(

@@ -33,9 +33,14 @@ def build_routing(
     def count(outcome: str, kind: str) -> None:
         metrics.child(metrics.affinity, outcome, kind).inc()
 
+    def output_checkpoint(outcome: str) -> None:
+        metrics.child(metrics.output_checkpoints, outcome).inc()
+
     picker: AffinityPicker
     if shared is None:
-        picker = AffinityPicker(replicas, settings.routing, count)
+        picker = AffinityPicker(
+            replicas, settings.routing, count, output_checkpoint=output_checkpoint
+        )
     else:
         # Several gateways share the routing tables (docs/fleet.md).
         picker = FleetPicker(
@@ -48,6 +53,7 @@ def build_routing(
             write_skipped=metrics.state_writes_skipped.inc,
             report_delay_s=settings.state.report_delay_s,
             pinned_turns_wait=settings.state.pinned_turns_wait,
+            output_checkpoint=output_checkpoint,
         )
 
     def replica_changed(replica: Replica) -> None:

@@ -95,8 +95,9 @@ class FleetPicker(AffinityPicker):
         report_delay_s: float,
         pinned_turns_wait: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        output_checkpoint: Callable[[str], None] | None = None,
     ) -> None:
-        super().__init__(replicas, settings, count, clock)
+        super().__init__(replicas, settings, count, clock, output_checkpoint=output_checkpoint)
         self._tables = tables
         self._pinned_turns_wait = pinned_turns_wait
         # The fetches of pinned turns sent before the store answered (`_confirm`), by request.
@@ -333,7 +334,7 @@ class FleetPicker(AffinityPicker):
         pending = self._pending.get(ctx.request_id)
         if pending is not None and pending.affinity == "pinned":
             self._pending[ctx.request_id] = dataclasses.replace(
-                pending, affinity="moved", expected_cached=0
+                pending, affinity="moved", expected_cached=0, expected_output=0
             )
             self._count("moved", pending.kind)
         log.info(

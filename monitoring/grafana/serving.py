@@ -317,6 +317,17 @@ def _routing() -> list[PanelBuilder]:
             ],
         ),
         graph(
+            "Answer checkpoints",
+            "Pinned turns that hit and sent the previous answer back, per second: restored (the "
+            "engine also restored the checkpoint of prompt and answer together) or lost (only "
+            "the prompt's: the answer's text tokenized to other tokens than the engine sampled, "
+            "or that checkpoint was evicted first). A lost one re-prefills the answer, at most "
+            "a track interval more; it is not a routing miss.",
+            OPS,
+            [Query(_rate("flashbox_output_checkpoint_total", by="outcome"), "{{outcome}}")],
+            stacked=True,
+        ),
+        graph(
             "Template render p99",
             "Chat-template rendering time in the gateway, by renderer.",
             SECONDS,

@@ -224,6 +224,8 @@ def test_turns_that_send_the_reasoning_back_are_verified_against_prompt_and_outp
     promise one token too long would count these turns as verified misses."""
     _, gateway = stack
     hits, misses = affinity(gateway, "hit", "main"), affinity(gateway, "verified_miss", "main")
+    restored = metric_sum(gateway, "flashbox_output_checkpoint_total", {"outcome": "restored"})
+    lost = metric_sum(gateway, "flashbox_output_checkpoint_total", {"outcome": "lost"})
     system = "You are Claude Code. " + synthetic_text(1500, seed=7)
     messages: list[Any] = [{"role": "user", "content": "Look at the failing test."}]
     body = {"custom_params": {"sim": {"reasoning_tokens": 700, "content_tokens": 30}}}
@@ -252,3 +254,7 @@ def test_turns_that_send_the_reasoning_back_are_verified_against_prompt_and_outp
             ]
     assert affinity(gateway, "hit", "main") == hits + 2
     assert affinity(gateway, "verified_miss", "main") == misses
+    # The simulator's tokens are its text's: an answer sent back is always its own tokens.
+    after = metric_sum(gateway, "flashbox_output_checkpoint_total", {"outcome": "restored"})
+    assert after == restored + 2
+    assert metric_sum(gateway, "flashbox_output_checkpoint_total", {"outcome": "lost"}) == lost

@@ -1,5 +1,7 @@
-"""The output promise: a turn that sends the previous output back verbatim is verified against
-the checkpoint of the previous prompt and output together (gateway.routing.affinity)."""
+"""The output promise: a turn that sends the previous output back verbatim is also checked
+against the checkpoint of the previous prompt and output together (gateway.routing.affinity).
+Its hit or miss is the prompt's; the output's checkpoint is counted apart, because the engine
+restores it only when the answer's text tokenizes back to the tokens it sampled."""
 
 from __future__ import annotations
 
@@ -20,10 +22,12 @@ class Rig:
         self.replica = Replica.from_url("http://r0:1")
         self.replica.healthy = True
         self.counts: Counter[str] = Counter()
+        self.outputs: Counter[str] = Counter()
         self.picker = AffinityPicker(
             [self.replica],
             RoutingSettings(),
             lambda outcome, kind: self.counts.update([outcome]),
+            output_checkpoint=lambda outcome: self.outputs.update([outcome]),
         )
         self._rid = 0
 
@@ -54,12 +58,37 @@ def test_a_turn_that_carries_the_output_is_promised_prompt_and_output() -> None:
     _first_turn(rig)
     carried = PROMPT_1 + OUTPUT_1 + "<|user|>thanks<|assistant|><think>"
     rig.turn(carried, SEQUENCE)
-    assert rig.counts["hit"] == 1
-    # Only the prompt's checkpoint restored: the engine lost the one the client's turn needs.
+    assert rig.counts == {"new": 1, "hit": 1}
+    assert rig.outputs == {"restored": 1}
+
+
+def test_an_output_checkpoint_not_restored_is_still_the_prompts_hit() -> None:
+    """The real engine restored the prompt's checkpoint but not the later one of prompt and
+    answer: the answer's text tokenized to other tokens than it sampled (docs/affinity.md,
+    "Verification"). The turn landed where its checkpoint lives: a hit, the output counted
+    lost."""
     rig = Rig()
     _first_turn(rig)
-    rig.turn(carried, PROMPT_ONLY)
+    rig.turn(PROMPT_1 + OUTPUT_1 + "<|user|>thanks<|assistant|><think>", PROMPT_ONLY)
+    assert rig.counts == {"new": 1, "hit": 1}
+    assert rig.outputs == {"lost": 1}
+
+
+def test_a_turn_short_of_the_prompts_checkpoint_is_a_miss_whatever_it_carried() -> None:
+    rig = Rig()
+    _first_turn(rig)
+    rig.turn(PROMPT_1 + OUTPUT_1 + "<|user|>thanks<|assistant|><think>", PROMPT_ONLY - 1)
     assert rig.counts == {"new": 1, "verified_miss": 1}
+    assert not rig.outputs
+
+
+def test_an_output_within_the_prompts_interval_promises_nothing_more() -> None:
+    """A short answer that ends before the next track point leaves no later checkpoint."""
+    rig = Rig()
+    rig.turn(PROMPT_1, 0, TurnOutput("ok.", 2))
+    rig.turn(PROMPT_1 + "ok.<|user|>thanks<|assistant|><think>", PROMPT_ONLY)
+    assert rig.counts == {"new": 1, "hit": 1}
+    assert not rig.outputs
 
 
 def test_a_turn_without_the_output_is_promised_the_prompt() -> None:
@@ -69,6 +98,7 @@ def test_a_turn_without_the_output_is_promised_the_prompt() -> None:
     _first_turn(rig)
     rig.turn(PROMPT_1 + "</think>Fixed it.<|user|>thanks<|assistant|><think>", PROMPT_ONLY)
     assert rig.counts == {"new": 1, "hit": 1}
+    assert not rig.outputs
 
 
 def test_no_output_known_falls_back_to_the_prompt() -> None:
