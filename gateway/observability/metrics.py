@@ -176,9 +176,10 @@ class Metrics:
         self.output_checkpoints = Counter(
             "flashbox_output_checkpoint",
             "Pinned turns that restored their previous prompt's checkpoint and carried the "
-            "previous answer back, by whether the engine also restored the later checkpoint of "
-            "prompt and answer together (lost: the answer's text tokenizes to other tokens "
-            "than the engine sampled, or that checkpoint was evicted first).",
+            "previous answer back, that answer having crossed a track point, by whether the "
+            "engine also restored the later checkpoint of prompt and answer together (lost: "
+            "the answer's text tokenizes to other tokens than the engine sampled, or that "
+            "checkpoint was evicted first).",
             ["outcome"], registry=reg,
         )  # fmt: skip
         for outcome in OUTPUT_CHECKPOINT_OUTCOMES:

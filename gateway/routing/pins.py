@@ -132,8 +132,8 @@ class PinTable:
         return self._expired.get(key)
 
     def revive(self, key: str, now: float) -> Pin | None:
-        """The expired pin of `key` live again where it was, as it was (its prompt tokens and
-        output promise verify the turn); None when none is remembered."""
+        """The expired pin of `key` live again where it was, as it was (its prompt tokens
+        verify the turn, its output promise is counted); None when none is remembered."""
         pin = self._expired.pop(key, None)
         if pin is None:
             return None

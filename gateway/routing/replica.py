@@ -58,7 +58,8 @@ class Replica:
 class TurnOutput:
     """What a turn generated, as the engine's text (reasoning, content and tool calls as the
     model wrote them) and its token count: the engine checkpoints the prompt and this output
-    together, which the next turn restores when the client sends the output back verbatim."""
+    together, which the next turn restores when the client sends the output back verbatim and
+    its text tokenizes back to the tokens the engine sampled."""
 
     text: str
     tokens: int

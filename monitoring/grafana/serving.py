@@ -274,8 +274,9 @@ def _routing() -> list[PanelBuilder]:
             "Routing decisions per second: hit (back to the replica holding the lineage's "
             "checkpoint), new, head_hit / head_miss (a new conversation placed where its "
             "prompt head's checkpoint is), media_reset (a turn that added an image), spill, "
-            "failover, verified_miss (the engine did not hit what the pin promised), moved "
-            "(a fleet's pinned turn sent before the store showed another gateway had moved it), "
+            "failover, verified_miss (the engine did not restore the previous prompt's "
+            "checkpoint), moved (a fleet's pinned turn sent before the store showed another "
+            "gateway had moved it), "
             "restarted (a conversation the client rewrote under the same root, such as Codex's "
             "compaction: not verified).",
             OPS,
@@ -318,8 +319,9 @@ def _routing() -> list[PanelBuilder]:
         ),
         graph(
             "Answer checkpoints",
-            "Pinned turns that hit and sent the previous answer back, per second: restored (the "
-            "engine also restored the checkpoint of prompt and answer together) or lost (only "
+            "Pinned turns that hit and sent back a previous answer that crossed a track point, "
+            "per second: restored (the engine also restored the checkpoint of prompt and answer "
+            "together) or lost (only "
             "the prompt's: the answer's text tokenized to other tokens than the engine sampled, "
             "or that checkpoint was evicted first). A lost one re-prefills the answer, at most "
             "a track interval more; it is not a routing miss.",

@@ -215,13 +215,13 @@ def test_a_new_session_restores_the_prompt_head_of_another(stack: tuple[list[Pro
     assert affinity(gateway, "head_hit", "main") == head_hits + 1
 
 
-def test_turns_that_send_the_reasoning_back_are_verified_against_prompt_and_output(
+def test_turns_that_send_the_reasoning_back_restore_prompt_and_output(
     stack: tuple[list[Proc], Proc],
 ) -> None:
     """Claude Code sends each thinking block back with its signature, so the next prompt
-    carries the previous output verbatim: the engine restores the checkpoint of prompt and
-    output together, and the gateway's promise (the output promise) is that checkpoint. A
-    promise one token too long would count these turns as verified misses."""
+    carries the previous output verbatim: the engine (the simulator keys by bytes) restores the
+    checkpoint of prompt and output together, and the gateway's output promise is that
+    checkpoint, counted restored. A promise one token too long would count them lost."""
     _, gateway = stack
     hits, misses = affinity(gateway, "hit", "main"), affinity(gateway, "verified_miss", "main")
     restored = metric_sum(gateway, "flashbox_output_checkpoint_total", {"outcome": "restored"})

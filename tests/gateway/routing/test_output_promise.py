@@ -74,6 +74,21 @@ def test_an_output_checkpoint_not_restored_is_still_the_prompts_hit() -> None:
     assert rig.outputs == {"lost": 1}
 
 
+def test_the_output_promise_leaves_out_the_last_generated_token() -> None:
+    """The engine's state ends at the last generated token's input: an answer that ends on a
+    track point leaves its checkpoint one interval earlier (a promise of prompt + output would
+    count this turn lost)."""
+    prompt_tokens = len(PROMPT_1) // 4
+    output_tokens = (prompt_tokens // 256 + 3) * 256 - prompt_tokens
+    promised = prompt_tokens + output_tokens - 256
+    for cached, outcome in ((promised - 1, "lost"), (promised, "restored")):
+        rig = Rig()
+        rig.turn(PROMPT_1, 0, TurnOutput(OUTPUT_1, output_tokens))
+        rig.turn(PROMPT_1 + OUTPUT_1 + "<|user|>thanks<|assistant|><think>", cached)
+        assert rig.counts == {"new": 1, "hit": 1}
+        assert rig.outputs == {outcome: 1}
+
+
 def test_a_turn_short_of_the_prompts_checkpoint_is_a_miss_whatever_it_carried() -> None:
     rig = Rig()
     _first_turn(rig)
