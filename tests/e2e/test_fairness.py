@@ -40,11 +40,14 @@ def fair_gateway() -> Iterator[Proc]:
         "FLASHBOX_FAIRNESS__MAX_QUEUED_PER_KEY": str(QUEUED_PER_KEY),
         "FLASHBOX_ANTHROPIC__KEEPALIVE_S": "0.05",
     }
-    # Each request holds its slot for a prefill and 72 output tokens: ~0.4 s at this scale.
+    # Each request holds its slot for a prefill and 72 output tokens: ~1.8 s at this scale (a
+    # test's eight flood requests through two slots take ~7.5 s), so a slot frees every ~0.9 s.
+    # The assertions need the flood queued, and the light request placed, between two frees;
+    # at x0.05 (a free every ~0.45 s) a loaded box can miss that.
     yield from (
         gateway
         for _sim, gateway in sim_and_gateway(
-            "--max-running-requests", str(RUNNING), time_scale=0.05, env={**GATEWAY_ENV, **env}
+            "--max-running-requests", str(RUNNING), time_scale=0.1, env={**GATEWAY_ENV, **env}
         )
     )
 
@@ -179,7 +182,7 @@ def test_a_stream_waiting_for_its_turn_gets_headers_and_keepalives(fair_gateway:
     first_content = events.index("content_block_start")
     assert events[0] == "message_start"
     # It waited for a slot behind the flood with its stream open, pinged meanwhile (the
-    # interval is 0.05 s here; a slot frees every ~0.2 s).
+    # interval is 0.05 s here; a slot frees every ~0.9 s).
     assert "ping" in events[:first_content], events[:first_content]
     assert events[-1] == "message_stop"
     stages = metric_samples(fair_gateway.url, "flashbox_ttft_stage_seconds_count")
