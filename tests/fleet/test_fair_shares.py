@@ -124,14 +124,19 @@ async def test_one_flow_through_two_gateways_is_one_flow(pair: tuple[Gateway, Ga
     assert b.shares.capacity("r1") == 3
 
 
+async def _eight_each(a: Gateway, b: Gateway) -> None:
+    """A's flood and B's light key each want eight slots of r1; both have traded demand."""
+    for _ in range(8):
+        a.slots.claim("r1", FLOOD)
+        b.slots.claim("r1", LIGHT)
+    await b.shares.refresh()
+    await a.shares.refresh()
+
+
 async def test_a_gateway_that_stops_writing_is_forgotten(redis_server: RedisProc) -> None:
     settings = FairnessSettings(fleet_stale_s=0.2)
     async with gateways(redis_server.url, 2, settings) as (a, b):
-        for _ in range(8):
-            a.slots.claim("r1", FLOOD)
-            b.slots.claim("r1", LIGHT)
-        await b.shares.refresh()
-        await a.shares.refresh()
+        await _eight_each(a, b)
         assert a.shares.capacity("r1") == 2
         await b.close()  # B is gone without a word
         await asyncio.sleep(0.3)
@@ -143,11 +148,7 @@ async def test_without_the_store_each_gateway_fills_the_replica_alone(
     redis_server: RedisProc, pair: tuple[Gateway, Gateway]
 ) -> None:
     a, b = pair
-    for _ in range(8):
-        a.slots.claim("r1", FLOOD)
-        b.slots.claim("r1", LIGHT)
-    await b.shares.refresh()
-    await a.shares.refresh()
+    await _eight_each(a, b)
     assert a.shares.capacity("r1") == 2
     redis_server.stop()
     await a.shares.refresh()
