@@ -182,5 +182,18 @@ class UpstreamStreamError(UpstreamError):
     default_code = "engine_stream_error"
 
 
+class InternalError(GatewayError):
+    """A bug of ours met while serving (an unexpected exception): 500, logged with its trace."""
+
+    default_code = "internal_error"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(
+            message
+            or "The gateway failed while serving this request (a bug; its log has the trace "
+            "under this request's id). Retrying may work."
+        )
+
+
 class ClientDisconnected(Exception):
     """The client went away; not an error to answer, a reason to abort upstream work."""

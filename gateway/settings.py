@@ -73,6 +73,26 @@ class LimitSettings(_Section):
     default_max_tokens: int = Field(default=32768, gt=0)
     # Longest x-request-id honoured from a client; longer or odd ones are replaced.
     max_request_id_chars: int = Field(default=128, gt=0)
+    # What a request may expand into, relative to the bytes it sent (its body, plus a stored
+    # history it names): a reasoning token inflates ~1000:1 and a tool_reference block
+    # repeats a whole tool definition, so a small body could otherwise ask for gigabytes.
+    # Reasoning tokens restore at most max_expansion_ratio x sent + expansion_floor_bytes in
+    # total (past it: the visible text), tool_reference blocks expand at most as much (past
+    # it: 400). A client that shows its reasoning sends it in clear too (ratio < 1); one that
+    # hides it sends it compressed (~3:1). The floor serves small requests with long reasoning.
+    max_expansion_ratio: float = Field(default=8.0, gt=0)
+    expansion_floor_bytes: int = Field(default=1024 * 1024, ge=0)
+    # The rendered prompt of a counted request is at most max_prompt_ratio x sent +
+    # expansion_floor_bytes (past it: 400): template markup around short messages and tool
+    # arguments adds several bytes per byte sent, restored reasoning up to the ratio above.
+    max_prompt_ratio: float = Field(default=16.0, gt=0)
+    # Token counts (count_tokens, input_tokens) are cached by rendered prompt: an agent asks
+    # again for the same prompt, and a repeated count costs the engine nothing.
+    count_cache_entries: int = Field(default=4096, ge=0)
+    # /tokenize calls for counts at once (per gateway); more wait up to count_wait_s, then
+    # 429: a flood of counts must not take the engine's tokenizer from generation.
+    max_concurrent_counts: int = Field(default=4, gt=0)
+    count_wait_s: float = Field(default=10.0, gt=0)
 
 
 class UpstreamSettings(_Section):
@@ -102,6 +122,13 @@ class UpstreamSettings(_Section):
     # abort_request and health probes use their own small client so a full pool never delays them.
     control_max_connections: int = Field(default=32, gt=0)
     abort_timeout_s: float = Field(default=1.0, gt=0)
+    # A failed abort is tried again (a dropped one leaves the engine generating for nobody
+    # until its own deadline): this many tries in all, pausing abort_retry_s, then twice that.
+    abort_attempts: int = Field(default=4, gt=0, le=16)
+    abort_retry_s: float = Field(default=0.25, ge=0)
+    # /tokenize calls (count_tokens, input_tokens, prompt heads, prompts near the context) have
+    # their own pool: a flood of counts fills it, not the control pool probes and aborts use.
+    count_max_connections: int = Field(default=8, gt=0)
     # How long a streamed request waits for the engine's first event before the client gets
     # its status (gateway.upstream.stream.check_refusal): sglang-kt refuses in-stream within
     # milliseconds, and a refusal seen in time is the face's 4xx. A prefill that runs longer
@@ -241,6 +268,10 @@ class RoutingSettings(_Section):
     # Circuit breaker: this many failed requests in a row open it for breaker_open_s.
     breaker_failures: int = Field(default=5, gt=0)
     breaker_open_s: float = Field(default=10.0, gt=0)
+    # The half-open trial is a lease of this long (gateway/routing/breaker.py): a trial whose
+    # request never reports (a bug, a task lost) shuts the replica out this long, not for
+    # good. A trial still running past it lets one more request try, at most one per lease.
+    breaker_trial_s: float = Field(default=60.0, gt=0)
     # Retries before the first byte reached the client: total attempts, exponential backoff
     # with full jitter between them.
     max_attempts: int = Field(default=3, gt=0)
@@ -293,6 +324,12 @@ class AdmissionSettings(_Section):
     # A queued request still waiting after this long is refused with 503.
     queue_timeout_s: float = Field(default=30.0, gt=0)
     retry_after_s: int = Field(default=1, ge=0)
+    # The counting endpoints (count_tokens, input_tokens) have a pool of their own, the same
+    # way bounded: each renders a prompt and asks the engine's /tokenize, so a flood of them
+    # must not take generation's slots, and a full generation pool must not hold a count up.
+    count_max_in_flight: int = Field(default=32, gt=0)
+    count_max_queue: int = Field(default=256, ge=0)
+    count_queue_timeout_s: float = Field(default=15.0, gt=0)
 
 
 class KeyRateLimits(_Section):
@@ -397,9 +434,27 @@ class TimeoutSettings(_Section):
 class SecuritySettings(_Section):
     # Origins allowed by CORS; empty: no CORS headers at all (browsers refuse cross-origin use).
     cors_allow_origins: list[str] = Field(default_factory=list)
-    # uvicorn's bound on one request's header block (h11) / on incomplete reads (httptools).
+    # One request's header block: an unfinished block past this many bytes is answered 431
+    # while it arrives (gateway/connection.py); a finished one whose names and values sum
+    # past it, or with more than max_headers, is answered 431 by the middleware.
     max_header_bytes: int = Field(default=64 * 1024, gt=0)
     max_headers: int = Field(default=100, gt=0)
+    # A request's whole header block must arrive within this long of the connection opening
+    # or of the request's first byte, else 408 and close: a byte every few seconds would
+    # otherwise hold a connection forever (slow-header attacks). Clients send it at once.
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    # A request body gets body_timeout_s plus one second per body_min_bytes_per_s it sent
+    # (a 16 MB body on a 1 Mbit/s link keeps up); a body trickling slower is cut with 408.
+    # Time the gateway itself stops reading (the app not yet reading the body) is not charged.
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    body_min_bytes_per_s: int = Field(default=4096, gt=0)
+    # Open client connections; past it a new one is answered 503 and closed at once (each
+    # costs a file descriptor and buffers; uvicorn's limit_concurrency refuses requests, not
+    # connections). Far above normal use: an agent CLI holds a handful.
+    max_connections: int = Field(default=4096, gt=0)
+    # An idle keep-alive connection is closed after this long (agents send requests in a row,
+    # with pauses for tool runs and the user's reading).
+    keep_alive_s: int = Field(default=75, gt=0)
     # Request and response bodies in logs (prompts!) only when true AND the level is debug.
     log_bodies: bool = False
 

@@ -51,8 +51,13 @@ RENDER_BUCKETS = (
 # "route" by the time the request waited for its fair turn.
 STAGES = ("queue", "media", "render", "route", "slot", "upstream_first_byte",
           "first_reasoning_token", "first_content_token")  # fmt: skip
-# flashbox_upstream_aborts_total{phase}: where the request was when the client left.
-ABORT_PHASES = ("queued", "before_first_token", "streaming", "non_streaming")
+# flashbox_upstream_aborts_total{phase}: where the request was when the client left
+# ("error": the gateway failed the request itself, a bug, and stopped its generation).
+ABORT_PHASES = ("queued", "before_first_token", "streaming", "non_streaming", "error")
+# flashbox_upstream_connections_in_use{pool}
+CONNECTION_POOLS = ("generation", "control", "count")
+# flashbox_routing_outstanding{kind}: gateway.routing.picker.Outstanding's fields.
+OUTSTANDING_PICKS = ("picks", "trials")
 # flashbox_rate_limited_total{limit,source}: the per-key bucket a refused request hit, and where
 # it was counted: in the shared store, or in this gateway's own buckets (gateway/ratelimit.py).
 RATE_LIMITS = ("requests", "tokens")
@@ -217,6 +222,26 @@ class Metrics:
         )  # fmt: skip
         self.retries = Counter(
             "flashbox_retries", "Requests retried on another replica.", registry=reg
+        )
+        # Read at scrape time from the pools themselves (gateway.upstream.client): a request
+        # path that forgets to give a connection back shows here, not as a later outage.
+        self.upstream_connections_in_use = Gauge(
+            "flashbox_upstream_connections_in_use",
+            "Engine connections taken by a request or call and not given back, by pool: "
+            "generation (/generate), control (health probes, aborts), count (/tokenize).",
+            ["pool"], registry=reg,
+        )  # fmt: skip
+        self.routing_outstanding = Gauge(
+            "flashbox_routing_outstanding",
+            "What routing holds for requests now: picks routed and not yet reported or "
+            "forgotten, half-open breaker trials leased. 0 whenever no request runs.",
+            ["kind"], registry=reg,
+        )  # fmt: skip
+        self.upstream_abort_failures = Counter(
+            "flashbox_upstream_abort_failures",
+            "abort_request calls that failed after every retry (the engine may still run "
+            "the request until its own deadline).",
+            registry=reg,
         )
         self.tool_calls_rejected = Counter(
             "flashbox_tool_calls_rejected", "Tool calls the parser dropped, by reason.",
