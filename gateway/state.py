@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import httpx
 from starlette.requests import Request
@@ -14,6 +15,7 @@ from starlette.requests import Request
 from gateway.auth import ApiKeyChecker
 from gateway.components import load_constraint_builder, load_parser_factory, load_renderer
 from gateway.core.heads import HeadTokens
+from gateway.core.prompt_counts import PromptCounts
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.relay import error_kind
 from gateway.errors import GatewayError
@@ -21,7 +23,7 @@ from gateway.fair_shares import FleetShares
 from gateway.fairness import FairSlots
 from gateway.media import MediaResolver
 from gateway.media.addresses import HostResolver
-from gateway.observability.metrics import Metrics
+from gateway.observability.metrics import CONNECTION_POOLS, OUTSTANDING_PICKS, Metrics
 from gateway.observability.timeline import RequestRecord
 from gateway.parsers.base import ParserFactory
 from gateway.parsers.constraints import DecodingConstraintBuilder
@@ -60,6 +62,9 @@ class AppState:
     media: MediaResolver
     # Prompt heads' token counts (gateway.core.heads), asked of the engine once per head.
     head_tokens: HeadTokens
+    # Counting endpoints' token counts by rendered prompt, and their /tokenize bound
+    # (gateway.core.counting).
+    prompt_counts: PromptCounts
     # Shared prompt heads prefilled on the replicas that lack them (gateway.routing.warm).
     warmer: HeadWarmer
     # Engines found by DNS (discovery.dns_name); None: the static `engines` list.
@@ -87,12 +92,34 @@ class AppState:
         self.metrics.requests.labels(model=model, code=str(error.status_code), api=api).inc()
         self.metrics.errors.labels(kind=error_kind(error), api=api).inc()
 
+    def outstanding(self) -> dict[str, int]:
+        """Everything requests hold now, by kind: all zero when the gateway is idle. A test
+        asserts it after each request; the same figures are gauges on /metrics."""
+        picks = self.picker.pending()
+        held = {f"connections_{pool}": self.engine.in_use(pool) for pool in CONNECTION_POOLS}
+        running = sum(self.slots.running(replica.name) for replica in self.picker.replicas)
+        return {
+            **held,
+            "in_flight": self.in_flight,
+            "fair_queue_waiting": self.slots.waiting,
+            "running_slots": running,
+            "picks": picks.picks,
+            "trials": picks.trials,
+            "background": len(self.background),
+        }
+
     def abort_upstream(self, replica: Replica, rid: str, phase: str) -> None:
         """Tell the engine to drop `rid` now, without making anyone wait for the answer."""
         self.metrics.upstream_aborts.labels(phase=phase).inc()
-        task = asyncio.create_task(self.engine.abort(replica, rid))
+        task = asyncio.create_task(self._abort(replica, rid))
         self.background.add(task)
         task.add_done_callback(self.background.discard)
+
+    async def _abort(self, replica: Replica, rid: str) -> bool:
+        sent = await self.engine.abort(replica, rid)
+        if not sent:
+            self.metrics.upstream_abort_failures.inc()
+        return sent
 
 
 def build_state(
@@ -106,6 +133,9 @@ def build_state(
     and DNS of image URL fetches. Tests inject them; None is the real network (create_app)."""
     metrics = Metrics()
     engine = EngineClient(settings.upstream, transport=transport, deadlines=settings.timeouts)
+    for pool in CONNECTION_POOLS:
+        child = metrics.upstream_connections_in_use.labels(pool=pool)
+        child.set_function(partial(engine.in_use, pool))
     dns_name = settings.discovery.dns_name
     source = None if dns_name is None else StaticReplicas([])
     shared = (
@@ -154,6 +184,7 @@ def build_state(
             settings.media, metrics, transport=media_transport, resolve_host=media_resolve_host
         ),
         head_tokens=HeadTokens(settings.routing.head_table_size),
+        prompt_counts=PromptCounts(settings.limits),
         warmer=HeadWarmer(
             picker,
             engine.prefill,
@@ -171,7 +202,15 @@ def build_state(
         shares=shares,
     )
     prober.on_info = lambda: _learned_engine_info(state)
+    for kind in OUTSTANDING_PICKS:
+        child = metrics.routing_outstanding.labels(kind=kind)
+        child.set_function(partial(_outstanding_picks, picker, kind))
     return state
+
+
+def _outstanding_picks(picker: ReplicaPicker, kind: str) -> int:
+    held: int = getattr(picker.pending(), kind)
+    return held
 
 
 def _running_slots(replicas: Sequence[Replica], name: str, settings: Settings) -> int:

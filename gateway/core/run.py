@@ -9,7 +9,9 @@ costs the engine an abort_request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import logging
 import random
 import time
 from functools import partial
@@ -24,7 +26,7 @@ from gateway.core.images import check_markers
 from gateway.core.relay import EventSource, HeldStream, Relay, error_kind
 from gateway.core.request import CoreRequest
 from gateway.core.retry import backoff_s, classify_failure, route_context
-from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError, NoReplicaError
+from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError, InternalError
 from gateway.fairness import Slot
 from gateway.media import CheckedImage, ImageRef
 from gateway.observability.timeline import RequestRecord
@@ -34,8 +36,11 @@ from gateway.routing.session_key import digest_text
 from gateway.sampling import add_constraint, generate_body
 from gateway.state import AppState
 from gateway.stream.response import DisconnectWatcher, SSEResponse
+from gateway.stream.sse import SendBytes
 from gateway.stream.text_diff import TextDiffer
 from gateway.upstream.stream import EngineStream
+
+log = logging.getLogger("gateway.core.run")
 
 _SPECIAL_TOKENS_MARGIN = 64
 
@@ -79,8 +84,13 @@ class Run:
         self._upstream_sent = False
         self._outcome = Outcome.OK
         self._closed = False
+        # What the request opened on the engine (its /generate response: a connection of the
+        # pool) is given back here, on every exit (`aclose`), whoever else closes it first.
+        self._owned = contextlib.AsyncExitStack()
 
     async def respond(self, receive: Receive) -> Response:
+        """The answer to send. A stream's response finishes the request when it is sent
+        (`aclose` is its last step); anything else is finished here, whatever happens."""
         watcher = DisconnectWatcher(receive)
         watcher.start()
         streaming = False
@@ -89,11 +99,9 @@ class Run:
             answer = self._answer
             if self._request.stream:
                 streaming = True
-                body = partial(
-                    relay.stream, encoder=answer.stream_encoder(), keepalive_s=self._keepalive_s
-                )
+                body = partial(self._stream, relay)
                 return SSEResponse(
-                    body, watcher, self._client_gone, self._close, headers=answer.headers
+                    body, watcher, self._client_gone, self.aclose, headers=answer.headers
                 )
             collector = answer.collector()
             finish = await watcher.run(relay.collect(collector))
@@ -109,10 +117,39 @@ class Run:
             self._outcome = Outcome.REJECTED if exc.status_code < 500 else Outcome.UPSTREAM_ERROR
             self._record.finish(exc.status_code, error_kind=error_kind(exc))
             raise
+        except asyncio.CancelledError:
+            # The server is going away under the request: like a client that left.
+            await self._client_gone()
+            raise
+        except Exception as exc:
+            # A bug of ours: a 500 (gateway.middleware answers it in the face's shape), never
+            # an OK to routing, and the engine stops generating for nobody.
+            self._failed(exc)
+            raise
         finally:
             if not streaming:
                 watcher.stop()
-                self._close()
+                await self.aclose()
+
+    async def _stream(self, relay: Relay, send: SendBytes) -> None:
+        encoder = self._answer.stream_encoder()
+        try:
+            await relay.stream(send, encoder=encoder, keepalive_s=self._keepalive_s)
+        except Exception as exc:
+            # A bug of ours mid-stream: the headers are out, so the face's error event ends
+            # the stream (a 200 whose body says it failed), counted as a 500.
+            self._failed(exc)
+            with contextlib.suppress(Exception):
+                await send(encoder.error(InternalError()), last=True)
+
+    def _failed(self, exc: BaseException) -> None:
+        log.error("request %s failed in the gateway", self._request_id, exc_info=exc)
+        # Not the replica's fault, and nothing to place: routing hears what it hears of a
+        # request the engine refused (REJECTED: no breaker count, a new pin dropped).
+        self._outcome = Outcome.REJECTED
+        self._record.finish(500, error_kind="internal")
+        if self._replica is not None and self._upstream_sent:
+            self._state.abort_upstream(self._replica, self._rid, "error")
 
     async def _prepare(self) -> Relay:
         state, request, record = self._state, self._request, self._record
@@ -165,11 +202,9 @@ class Run:
         )
         engine = await self._open(ctx, body)
         if isinstance(engine, EngineStream) and request.stream:
-            try:
-                await engine.check_refusal(state.settings.upstream.refusal_wait_s)
-            except GatewayError:
-                await engine.aclose()
-                raise
+            # Whatever ends this wait (a refusal, the client leaving), the stream is closed
+            # by its owner (`aclose`): no path here needs to remember it.
+            await engine.check_refusal(state.settings.upstream.refusal_wait_s)
         self._relay = Relay(
             engine=engine,
             parser=parser,
@@ -180,6 +215,9 @@ class Run:
             checkpoint_interval=(
                 track_interval(self._replica, state.settings.routing) if self._replica else 0
             ),
+            # Known when the prompt was counted to fit the context (Anthropic's message_start
+            # says it); no request pays a /tokenize call only for that.
+            prompt_tokens=self._counted,
         )
         return self._relay
 
@@ -300,6 +338,7 @@ class Run:
             self._upstream_sent = True
             try:
                 stream = await state.engine.open_generate(replica, body, self._request_id)
+                self._owned.push_async_callback(stream.aclose)
                 self._record.mark("upstream_first_byte")  # the engine's response headers
                 return stream
             except GatewayError as exc:
@@ -367,11 +406,18 @@ class Run:
             await self._relay.aclose()
         self._record.finish(499)
 
-    def _close(self) -> None:
-        """Runs once when the request is over, whatever happened."""
+    async def aclose(self) -> None:
+        """Runs once when the request is over, whatever happened: what it opened on the
+        engine is given back, then what it took in the gateway."""
         if self._closed:
             return
         self._closed = True
+        try:
+            await self._owned.aclose()
+        finally:
+            self._give_back()
+
+    def _give_back(self) -> None:
         # A stream that ended without finishing its record (it should not happen) still counts.
         self._record.finish(200 if self._outcome is Outcome.OK else 500)
         self._state.release()
@@ -429,18 +475,6 @@ def extra_tokens(images: list[CheckedImage]) -> int:
     """What images add to the prompt's text tokens: each marker's image token becomes the
     image's own tokens (CheckedImage.tokens counts the begin/end markers too)."""
     return sum(image.tokens - 3 for image in images)
-
-
-async def count_prompt_tokens(state: AppState, request: CoreRequest) -> int:
-    """The tokens `request`'s prompt would take, images included: rendered here, counted by
-    an up engine's own tokenizer (Anthropic's count_tokens, Responses' input_tokens)."""
-    checked = await resolve_images(state, request)
-    prompt, order = await render_prompt(state, request)
-    replica = next((r for r in state.picker.replicas if r.healthy), None)
-    if replica is None:
-        raise NoReplicaError("No engine replica is up to count tokens; retry shortly.")
-    count = await state.engine.count_prompt_tokens(replica, prompt)
-    return count + extra_tokens([checked[i] for i in order])
 
 
 async def render_prompt(state: AppState, request: CoreRequest) -> tuple[str, list[int]]:

@@ -79,7 +79,8 @@ class DisconnectWatcher:
 
 
 class SSEResponse(Response):
-    """Streams `body(send_bytes)` as text/event-stream; calls `on_gone` if the client leaves.
+    """Streams `body(send_bytes)` as text/event-stream; calls `on_gone` if the client leaves,
+    and `on_close` last, however the response ends (what the request holds is given back there).
 
     What `body` sends goes out at once: no buffering here, so a pure-ASGI middleware around it
     sees every body message. `send_bytes(data, last=True)` ends the response in the same
@@ -91,7 +92,7 @@ class SSEResponse(Response):
         body: Callable[[SendBytes], Coroutine[Any, Any, None]],
         watcher: DisconnectWatcher,
         on_gone: Callable[[], Awaitable[None]],
-        on_close: Callable[[], None],
+        on_close: Callable[[], Awaitable[None]],
         headers: Mapping[str, str] | None = None,
     ) -> None:
         self.status_code = 200
@@ -128,4 +129,4 @@ class SSEResponse(Response):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             self._watcher.stop()
-            self._on_close()
+            await self._on_close()

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from typing import cast
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeAlias, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -39,6 +39,15 @@ class WirePoolTimeout(WireError):
 
 class WireReadTimeout(WireError):
     pass
+
+
+# Opens a connection to (host, port) with the protocol the factory makes, as
+# loop.create_connection does: the network under the pool. Tests inject an in-memory one
+# (gateway.upstream.memory) so that the production pool runs in every in-process test.
+Connector: TypeAlias = Callable[
+    [Callable[[], asyncio.Protocol], str, int],
+    Awaitable[tuple[asyncio.BaseTransport, asyncio.Protocol]],
+]
 
 
 class _Connection(asyncio.Protocol):
@@ -83,7 +92,11 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if not self.complete:
+        if isinstance(exc, ConnectionRefusedError):
+            # An in-memory network's way to say the engine is not there (a socket's refusal
+            # comes from create_connection instead): the request never reached an engine.
+            self._fail(WireConnectError(f"the engine refused the connection: {exc}"))
+        elif not self.complete:
             self._fail(WireError("the engine closed the connection mid-response"))
 
     # -- httptools callbacks ----------------------------------------------------------------
@@ -243,8 +256,11 @@ class WirePool:
         connect_timeout: float,
         read_timeout: float,
         pool_timeout: float,
+        connect: Connector | None = None,
     ) -> None:
         self._slots = asyncio.Semaphore(max_connections)
+        self._connector = connect
+        self._in_use = 0
         self._max_idle = max_idle
         self._expiry = keepalive_expiry
         self._connect_timeout = connect_timeout
@@ -252,6 +268,12 @@ class WirePool:
         self._pool_timeout = pool_timeout
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._targets: dict[str, tuple[str, int, bytes]] = {}
+
+    @property
+    def in_use(self) -> int:
+        """Connections taken by a request and not given back yet (flashbox_upstream_connections
+        _in_use; 0 whenever no request runs, or one leaked)."""
+        return self._in_use
 
     def _target(self, url: str) -> tuple[str, int, bytes]:
         target = self._targets.get(url)
@@ -284,6 +306,7 @@ class WirePool:
                 raise WirePoolTimeout("no free connection to the engine in time") from exc
         else:
             await self._slots.acquire()  # free slot: returns at once, no task
+        self._in_use += 1
         # Head and body are written together (one writev), not joined: a body with images is
         # megabytes, and one more copy of it costs the event loop milliseconds (page faults
         # of fresh memory, most of it: measured 3-4 ms for a 1080p PNG on a VM).
@@ -303,7 +326,7 @@ class WirePool:
                 conn.send(request)
                 status = await conn.headers(self.read_timeout)
         except BaseException:
-            self._slots.release()
+            self._give_back()
             if conn is not None:
                 conn.close()
             raise
@@ -321,19 +344,25 @@ class WirePool:
 
     async def _connect(self, host: str, port: int) -> _Connection:
         loop = asyncio.get_running_loop()
+        connect = self._connector or loop.create_connection
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(loop, (host, port)), host, port),
+            _, protocol = await asyncio.wait_for(
+                connect(lambda: _Connection(loop, (host, port)), host, port),
                 self._connect_timeout,
             )
+            conn = cast(_Connection, protocol)
         except TimeoutError as exc:
             raise WireConnectError(f"connecting to {host}:{port} timed out") from exc
         except OSError as exc:
             raise WireConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
         return conn
 
-    def release(self, conn: _Connection) -> None:
+    def _give_back(self) -> None:
+        self._in_use -= 1
         self._slots.release()
+
+    def release(self, conn: _Connection) -> None:
+        self._give_back()
         if conn.complete and conn.keep_alive and not conn.closed and conn.error is None:
             conn.last_used = time.monotonic()
             idle = self._idle.setdefault(conn.key, [])

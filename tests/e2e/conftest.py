@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from tests.support.engines import Engine, selected_kinds, start_engine
+from tests.support.idle import check_idle
 from tests.support.procs import Proc, start_gateway, start_sim
 
 MODEL = "glm-5.3-flash"
@@ -36,6 +37,7 @@ def gateway(sim: Proc) -> Iterator[Proc]:
     proc = start_gateway([sim.url], env=GATEWAY_ENV)
     try:
         yield proc
+        check_idle(proc)  # every request of the module gave back what it took
     finally:
         proc.stop()
 
@@ -50,6 +52,7 @@ def sim_and_gateway(
         gateway = start_gateway([sim.url], env={**GATEWAY_ENV, **(env or {})})
         try:
             yield sim, gateway
+            check_idle(gateway)
         finally:
             gateway.stop()
     finally:
@@ -123,5 +126,6 @@ def engine_gateway(engine: Engine) -> Iterator[Proc]:
     proc = start_gateway([engine.url], env=engine_gateway_env(engine))
     try:
         yield proc
+        check_idle(proc)
     finally:
         proc.stop()

@@ -12,6 +12,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from tests.e2e.conftest import GATEWAY_ENV, MODEL, client_for, metric_sum, sim_body, wait_for
+from tests.support.idle import check_idle
 from tests.support.procs import Proc, start_gateway, start_sim
 
 ABORTS = "sglang:num_aborted_requests_total"
@@ -178,3 +179,47 @@ def test_a_client_chosen_id_cannot_abort_another_request(
         time.sleep(0.3)
         assert metric_sum(sim, ABORTS) == before + 1  # only the request that left
     assert response.headers["x-request-id"] == "ab"
+
+
+def test_clients_that_leave_before_the_first_event_give_their_connections_back(
+    sim: Proc,
+) -> None:
+    """The outage #38 found: a streamed request whose client left while the gateway waited for
+    the engine's first event (upstream.refusal_wait_s) kept its engine connection. With four
+    connections, four such requests and every later one got 503 "All connections to the
+    engine are busy"."""
+    env = {
+        **GATEWAY_ENV,
+        "FLASHBOX_UPSTREAM__MAX_CONNECTIONS": "4",
+        "FLASHBOX_UPSTREAM__POOL_TIMEOUT_S": "2",
+        # Long enough that each client below leaves inside the wait.
+        "FLASHBOX_UPSTREAM__REFUSAL_WAIT_S": "2",
+    }
+    gateway = start_gateway([sim.url], env=env)
+    try:
+        body = {
+            "model": MODEL, "messages": MESSAGES, "stream": True,
+            **sim_body(fault="stall_first"),
+        }  # fmt: skip
+        with httpx.Client(timeout=10) as http:
+            for _ in range(6):
+                # The headers come only after the wait: leave at 0.3 s, inside it.
+                with pytest.raises(httpx.ReadTimeout):
+                    http.post(
+                        gateway.url + "/v1/chat/completions",
+                        json=body,
+                        timeout=httpx.Timeout(10, read=0.3),
+                    )
+        assert wait_for(lambda: gateway_aborts(gateway, "queued") >= 6)
+        check_idle(gateway)
+        with client_for(gateway) as client:
+            answer = client.chat.completions.create(model=MODEL, messages=MESSAGES)
+        assert answer.choices[0].message.content
+    finally:
+        gateway.stop()
+
+
+def test_the_gateway_is_idle_after_every_disconnect(sim: Proc, gateway: Proc) -> None:
+    """After the module's disconnects (every phase above), nothing is held: engine
+    connections, in-flight requests, queues, routing's picks and trials."""
+    check_idle(gateway)

@@ -13,6 +13,7 @@ from gateway.app import create_app
 from gateway.media.addresses import HostResolver
 from gateway.settings import Settings
 from tests.gateway.fake_engine import FakeEngine
+from tests.support.idle import assert_idle
 
 ENGINE = "http://engine-a:30000"
 MODEL = "glm-5.3-flash"
@@ -41,6 +42,8 @@ async def gateway_client(
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client,
     ):
         yield client
+        # Whatever the test did, every request gave back what it took (tests/support/idle.py).
+        await assert_idle(app.state.flashbox)
 
 
 @pytest.fixture

@@ -53,6 +53,14 @@ class FakeEngine:
     # What GET /server_info answers (None: 404, as before it was asked); /tokenize counts one
     # token per 4 bytes.
     server_info: dict[str, Any] | None = None
+    # The UTF-8 bytes of each /tokenize prompt (what the gateway asked the tokenizer to read).
+    tokenized: list[int] = field(default_factory=list)
+    # The next this many /abort_request calls fail with 503 (an engine busy or restarting).
+    abort_failures: int = 0
+    # Calls of /abort_request, failed ones included.
+    abort_calls: int = 0
+    # Seconds each /tokenize takes (a tokenizer busy with a long prompt).
+    tokenize_delay_s: float = 0.0
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -66,10 +74,17 @@ class FakeEngine:
         if path == "/server_info" and self.server_info is not None:
             return httpx.Response(200, json=self.server_info)
         if path == "/tokenize":
+            if self.tokenize_delay_s:
+                await asyncio.sleep(self.tokenize_delay_s)
             prompt = orjson.loads(await request.aread())["prompt"]
+            self.tokenized.append(len(prompt.encode()))
             count = -(-len(prompt.encode()) // 4)
             return httpx.Response(200, json={"tokens": list(range(count)), "count": count})
         if path == "/abort_request":
+            self.abort_calls += 1
+            if self.abort_failures:
+                self.abort_failures -= 1
+                return httpx.Response(503, json={"error": {"message": "busy"}})
             self.aborts.append(orjson.loads(request.content)["rid"])
             return httpx.Response(200, json={})
         if path == "/generate":
