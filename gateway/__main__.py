@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
+import resource
 import signal
 import socket
 from types import FrameType
@@ -17,8 +19,12 @@ import uvicorn
 
 from gateway.admission import AdmissionController
 from gateway.app import create_app
+from gateway.connection import ConnectionBounds, protocol_class
+from gateway.faces.registry import error_body
 from gateway.observability.logging import configure_logging, uvicorn_log_config
-from gateway.settings import load_settings
+from gateway.settings import Settings, load_settings
+
+log = logging.getLogger("gateway")
 
 
 class _DrainingServer(uvicorn.Server):
@@ -48,6 +54,30 @@ def _ignore(sig: int, frame: FrameType | None) -> None:
     orderly drain is a normal exit (0), not death by SIGTERM."""
 
 
+def _raise_open_files_limit(settings: Settings) -> None:
+    """Client connections up to security.max_connections and engine connections up to
+    upstream.max_connections each take a file descriptor; a soft limit of 1024 (a common
+    default) would fail accept() long before the connection cap answers anything."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # Room for the engine pool's neighbours: control and count pools, logs, the listener.
+    needed = settings.security.max_connections + settings.upstream.max_connections + 256
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    want = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        soft = want
+    except (ValueError, OSError):
+        pass
+    if soft < needed:
+        log.warning(
+            "open files limit %d is below the %d that security.max_connections and "
+            "upstream.max_connections may need; raise it (ulimit -n) or lower them",
+            soft,
+            needed,
+        )
+
+
 def main() -> None:
     settings = load_settings()
     configure_logging(
@@ -56,20 +86,31 @@ def main() -> None:
     )
     app = create_app(settings)
     security, shutdown = settings.security, settings.shutdown
+    _raise_open_files_limit(settings)
+    bounds = ConnectionBounds(
+        max_header_bytes=security.max_header_bytes,
+        header_timeout_s=security.header_timeout_s,
+        body_timeout_s=security.body_timeout_s,
+        body_min_bytes_per_s=security.body_min_bytes_per_s,
+        max_connections=security.max_connections,
+        error_body=error_body,
+    )
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        # httptools, with header bytes, header and body deadlines and a connection cap
+        # enforced while the bytes arrive (gateway/connection.py).
+        http=protocol_class(bounds),
+        # No route speaks WebSocket: an upgrade request is plain HTTP to the gateway.
+        ws="none",
         lifespan="on",
         access_log=settings.observability.access_log,
         log_level=settings.observability.log_level,
         log_config=uvicorn_log_config(),
         # Keep client connections open between requests (agents send many in a row).
-        timeout_keep_alive=75,
-        # Only used with http="h11"; with httptools the header bound is the middleware's.
-        h11_max_incomplete_event_size=security.max_header_bytes,
+        timeout_keep_alive=security.keep_alive_s,
         # The drain aborts what is left after grace_s; this is the backstop after that.
         timeout_graceful_shutdown=int(shutdown.grace_s + shutdown.abort_grace_s) + 1,
     )

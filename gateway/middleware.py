@@ -23,7 +23,7 @@ _INTERNAL_ERROR = (
     "internal_error",
     "The gateway failed unexpectedly; the error is logged with this request id.",
 )
-_HEADERS_TOO_LARGE = (
+HEADERS_TOO_LARGE = (
     431,
     "headers_too_large",
     "The request headers are too many or too large; send fewer or shorter headers "
@@ -62,8 +62,8 @@ class RequestContextMiddleware:
         self.max_headers = max_headers
 
     def _headers_too_large(self, scope: Scope) -> bool:
-        # httptools has no header bound of its own: the request is refused here, before any
-        # route or admission work (h11 also stops at uvicorn's h11_max_incomplete_event_size).
+        # The exact bound on a header block that ended, before any route or admission work;
+        # one that does not end is cut while it arrives (gateway/connection.py).
         headers = scope["headers"]
         if len(headers) > self.max_headers:
             return True
@@ -94,7 +94,7 @@ class RequestContextMiddleware:
         state.update(request_id=request_id, rid=rid, arrival=arrival, replica="none")
         started = False
         if self._headers_too_large(scope):
-            status, code, text = _HEADERS_TOO_LARGE
+            status, code, text = HEADERS_TOO_LARGE
             await send(
                 {
                     "type": "http.response.start",
