@@ -40,21 +40,26 @@ def cache_created(prompt_tokens: int, cached_tokens: int, interval: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Finish:
-    # "tool_calls" once the parser emitted a call, whatever stopped the engine.
-    reason: Literal["stop", "length", "tool_calls"]
+    """How an answer ended. Why the engine stopped and whether tool calls were made are apart:
+    a call that max_new_tokens cut is both, and each face must say it was cut off ("length",
+    "max_tokens", "incomplete") so that an agent does not run arguments that end mid-value.
+    An engine abort never makes a Finish: the relay raises it as the face's error."""
+
+    # "stop": a stop token or string (client's or model's); "length": max_new_tokens.
+    reason: Literal["stop", "length"]
     # The stop string the engine matched, when it matched one (client's or model's).
     matched: str | None
     usage: Usage
-    # The engine stopped at max_new_tokens (also when a tool call made the reason "tool_calls":
-    # the call may then be cut short).
-    truncated: bool = False
+    # The parser emitted at least one tool call (they may be cut short when reason is "length").
+    made_tool_calls: bool = False
 
 
 class StreamEncoder(Protocol):
     """One request's SSE bytes. Each method returns whole events, ready to send."""
 
-    def start(self) -> bytes:
-        """Sent as soon as the response starts (b"" to send nothing yet)."""
+    def start(self, prompt_tokens: int | None = None) -> bytes:
+        """Sent as soon as the response starts (b"" to send nothing yet). `prompt_tokens`:
+        the prompt's token count when the gateway already knows it (None: not yet)."""
         ...
 
     def deltas(self, deltas: list[ParsedDelta]) -> bytes:

@@ -73,8 +73,13 @@ class Relay:
         on_first_token: Callable[[], None] | None = None,
         kept_stop: str | None = None,
         checkpoint_interval: int = 0,
+        prompt_tokens: int | None = None,
     ) -> None:
         self._engine = engine
+        # The prompt's token count when the gateway counted it before /generate (None: it did
+        # not); a face can report it before the engine's first event (Anthropic's
+        # message_start).
+        self._prompt_tokens = prompt_tokens
         # A stop string that belongs to the output (DecodingConstraint.kept_stop).
         self._kept_stop = kept_stop
         # Tokens between the engine's prefix-cache checkpoints (0: unknown).
@@ -175,16 +180,13 @@ class Relay:
             if isinstance(status, int) and 400 <= status < 500:
                 raise InvalidRequestError(f"The engine rejected the request: {message}")
             raise UpstreamStreamError(f"The engine aborted the request: {message}")
-        if self._parser.made_tool_calls:
-            reason: Any = "tool_calls"
-        else:
-            reason = "length" if kind == "length" else "stop"
         matched = finish.get("matched")
         return Finish(
-            reason,
+            # [DONE] with no finish event is taken as a stop: the engine ended the answer.
+            "length" if kind == "length" else "stop",
             matched if isinstance(matched, str) else None,
             self.settle(),
-            truncated=kind == "length",
+            made_tool_calls=self._parser.made_tool_calls,
         )
 
     def settle(self) -> Usage:
@@ -227,7 +229,7 @@ class Relay:
         without one (OpenAI) run no task at all. Frames may be numbered (the Responses API's
         sequence_number), so with a keepalive task each frame is made and sent under one lock.
         """
-        opening = encoder.start()
+        opening = encoder.start(self._prompt_tokens)
         if opening:
             await send(opening)
         self._last_write = time.monotonic()

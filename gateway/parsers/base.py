@@ -68,7 +68,7 @@ class OutputParser(Protocol):
 
     @property
     def made_tool_calls(self) -> bool:
-        """True once a tool call was emitted (finish_reason becomes "tool_calls")."""
+        """True once a tool call was emitted (gateway.core.answer.Finish.made_tool_calls)."""
         ...
 
     @property

@@ -214,7 +214,12 @@ def test_a_forced_tool_call_is_a_valid_call(
                 message = events.get_final_message()
         else:
             message = claude.messages.create(**kwargs)
-        assert message.stop_reason == "tool_use", message
+        # The grammar may make more than one call: past max_tokens the answer was cut inside
+        # a later one, and says so (a cut call is never presented as complete, #38).
+        if message.stop_reason == "max_tokens":
+            assert message.usage.output_tokens >= kwargs["max_tokens"] - 1, message
+        else:
+            assert message.stop_reason == "tool_use", message
         calls = [block for block in message.content if block.type == "tool_use"]
         assert [call.name for call in calls][:1] == ["read"]
         arguments = calls[0].input
@@ -800,7 +805,11 @@ def test_a_refusal_after_the_headers_is_the_clients_and_the_replica_stays_truste
         waiting = [threading.Thread(target=refusal) for _ in range(6)]
         for thread in waiting:
             thread.start()
-        assert wait_for(lambda: metric_sum(roomy_gateway, "flashbox_fair_queue_waiting") >= 6)
+        # Over the simulator every refusal waits behind the holders that found no slot (3 a
+        # slot, one runs): counting only 6 waiters, a loaded box let the holders go before
+        # the refusals came. The real engine ends some holders early, so there only 6.
+        queued = 2 * slots + 6 if engine.is_sim else 6
+        assert wait_for(lambda: metric_sum(roomy_gateway, "flashbox_fair_queue_waiting") >= queued)
     # The holders left (their generations are aborted): the refusals go, one slot at a time.
     for thread in waiting:
         thread.join(timeout=300)

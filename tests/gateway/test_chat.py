@@ -50,6 +50,7 @@ async def test_stream_relays_deltas_usage_and_done(
         "completion_tokens": 5,
         "total_tokens": 17,
         "prompt_tokens_details": {"cached_tokens": 5},
+        "completion_tokens_details": {"reasoning_tokens": 1},
     }
     rid = response.headers["x-request-id"]
     assert engine.generates[0]["rid"] == rid

@@ -5,7 +5,10 @@ or as one message.
 non-streamed one have the same blocks: each block opens with its real type, indices are
 contiguous from 0, blocks never interleave, a thinking block closes with one signature_delta
 that carries its reasoning (gateway.core.reasoning_codec), text that is only whitespace never
-becomes a block, and stop_reason is "tool_use" exactly when a tool_use block was sent.
+becomes a block, and stop_reason is "tool_use" exactly when a tool_use block was sent and
+max_tokens did not cut the answer: a cut answer is "max_tokens", whatever blocks it has (its
+last tool_use block, if open at the cut, holds arguments that end mid-value; Anthropic sends
+the unfinished block the same way and says "max_tokens").
 """
 
 from __future__ import annotations
@@ -137,17 +140,18 @@ class BlockWriter:
 
 
 def stop_reason(finish: Finish, made_tool_use: bool, stops: tuple[str, ...]) -> tuple[str, Any]:
-    """(stop_reason, stop_sequence): derived from the blocks sent, never from the engine alone."""
-    if made_tool_use:
-        return "tool_use", None
+    """(stop_reason, stop_sequence): "tool_use" from the blocks sent, never from the engine
+    alone; a cut-off answer is "max_tokens" first, so no agent runs a call that was cut."""
     if finish.reason == "length":
         return "max_tokens", None
+    if made_tool_use:
+        return "tool_use", None
     if finish.matched is not None and finish.matched in stops:
         return "stop_sequence", finish.matched
     return "end_turn", None
 
 
-def usage_body(finish: Finish) -> dict[str, int]:
+def usage_body(finish: Finish) -> dict[str, Any]:
     """Anthropic's split: input_tokens excludes what the prefix cache served; the cache
     creation is what this request newly checkpointed (Usage.cache_created_tokens), which an
     agent client can add up to see what its session keeps on the engine."""
@@ -159,7 +163,19 @@ def usage_body(finish: Finish) -> dict[str, int]:
         "cache_creation_input_tokens": min(usage.cache_created_tokens, fresh),
         "cache_read_input_tokens": usage.cached_tokens,
         "output_tokens": usage.completion_tokens,
+        # Anthropic's place for the reasoning share of output_tokens (thinking block included).
+        "output_tokens_details": {"thinking_tokens": usage.reasoning_tokens},
     }
+
+
+def delta_usage(finish: Finish) -> dict[str, Any]:
+    """message_delta's usage, which overwrites message_start's field by field (the SDK and
+    Claude Code merge it so): the engine's split when it reported counts; without them only
+    the output, so message_start's prompt count stands instead of a 0 that means unknown."""
+    body = usage_body(finish)
+    if finish.usage.prompt_tokens > 0:
+        return body
+    return {key: body[key] for key in ("output_tokens", "output_tokens_details")}
 
 
 def error_event(error: GatewayError) -> bytes:
@@ -213,7 +229,7 @@ class MessageStream(_Message):
         # Per delta kind: the open block's index and all of its delta event but the text.
         self._heads: dict[str, tuple[int, bytes]] = {}
 
-    def start(self) -> bytes:
+    def start(self, prompt_tokens: int | None = None) -> bytes:
         message: dict[str, Any] = {
             "id": self._id,
             "type": "message",
@@ -222,9 +238,11 @@ class MessageStream(_Message):
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            # The engine's counts arrive with the answer: message_delta carries them.
+            # The prompt's count when the gateway knows it; which part the prefix cache
+            # served is known only with the engine's first event, so all of it is input here
+            # and message_delta carries the engine's split (cumulative: it overwrites this).
             "usage": {
-                "input_tokens": 0,
+                "input_tokens": prompt_tokens or 0,
                 "cache_creation_input_tokens": 0,
                 "cache_read_input_tokens": 0,
                 "output_tokens": 0,
@@ -281,7 +299,7 @@ class MessageStream(_Message):
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": reason, "stop_sequence": sequence},
-            "usage": usage_body(finish),
+            "usage": delta_usage(finish),
         }
         return out + sse(b"message_delta", delta) + sse(b"message_stop", {"type": "message_stop"})
 

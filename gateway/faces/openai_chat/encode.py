@@ -62,14 +62,31 @@ def usage_body(usage: Usage) -> dict[str, Any]:
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }
+
+
+def finish_reason(finish: Finish) -> str:
+    """OpenAI's: "length" whenever max_tokens cut the answer, tool calls or not (OpenAI says
+    so for a call it cut; its arguments are then unfinished and must not be run)."""
+    if finish.reason == "length":
+        return "length"
+    return "tool_calls" if finish.made_tool_calls else "stop"
 
 
 class ChunkBuilder:
     """The face's StreamEncoder: the role chunk goes out with the first output, as SGLang's
     own server sends it (one write and one client wake-up fewer per request)."""
 
-    __slots__ = ("_finish_head", "_head", "_include_usage", "_pending", "_tail", "_usage_head")
+    __slots__ = (
+        "_finish_head",
+        "_finish_tail",
+        "_head",
+        "_include_usage",
+        "_pending",
+        "_tail",
+        "_usage_head",
+    )
 
     def __init__(
         self, completion_id: str, created: int, model: str, *, include_usage: bool = False
@@ -83,14 +100,18 @@ class ChunkBuilder:
             }
         )[:-1]
         self._head = b"data: " + common + b',"choices":[{"index":0,"delta":'
-        self._tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
+        # Under include_usage every chunk but the usage chunk says "usage": null, OpenAI's
+        # documented format (clients may read the field on each chunk).
+        end = b'}],"usage":null}\n\n' if include_usage else b"}]}\n\n"
+        self._tail = b',"logprobs":null,"finish_reason":null' + end
+        self._finish_tail = end
         self._finish_head = self._head + b'{},"logprobs":null,"finish_reason":'
         self._usage_head = b"data: " + common + b',"choices":[],"usage":'
         self._include_usage = include_usage
         # The role chunk, until the first output takes it along.
         self._pending = self._head + b'{"role":"assistant","content":""}' + self._tail
 
-    def start(self) -> bytes:
+    def start(self, prompt_tokens: int | None = None) -> bytes:
         return b""  # the headers went out; the role chunk waits for the first output
 
     @property
@@ -124,7 +145,8 @@ class ChunkBuilder:
 
     def finish(self, finish: Finish) -> bytes:
         pending, self._pending = self._pending, b""
-        out = pending + self._finish_head + orjson.dumps(finish.reason) + b"}]}\n\n"
+        reason = orjson.dumps(finish_reason(finish))
+        out = pending + self._finish_head + reason + self._finish_tail
         if self._include_usage:
             out += self._usage_head + orjson.dumps(usage_body(finish.usage)) + b"}\n\n"
         return out + sse.DONE
@@ -193,7 +215,7 @@ class MessageAccumulator:
                         "index": 0,
                         "message": self.message(),
                         "logprobs": None,
-                        "finish_reason": finish.reason,
+                        "finish_reason": finish_reason(finish),
                     }
                 ],
                 "usage": usage_body(finish.usage),

@@ -7,6 +7,11 @@ text deltas, each item's `done` event repeats its type and id, and a reasoning i
 `encrypted_content` (gateway.core.reasoning_codec) when the request's `include` asks for
 `reasoning.encrypted_content` (as Codex does), so a `store: false` client that replays it gets
 the same prompt back; its `content` holds the same text for clients that do not ask.
+
+An item closes when the next one opens or the answer ends: the one still open when
+max_output_tokens cut the answer (or the engine failed) is `incomplete`, as OpenAI marks it, so
+that no client runs a function call whose arguments were cut; the items before it are
+`completed`.
 """
 
 from __future__ import annotations
@@ -230,11 +235,12 @@ class ItemWriter:
             )
         # A custom tool's input is the string inside the arguments: sent whole when it closes.
 
-    def _close(self, events: list[Event]) -> None:
+    def _close(self, events: list[Event], *, cut: bool = False) -> None:
         item = self._open
         if item is None:
             return
         self._open = None
+        status = "incomplete" if cut else "completed"
         text = "".join(self._text)
         index, item_id, kind = self.index, item["id"], item["type"]
         common = {"item_id": item_id, "output_index": index}
@@ -260,32 +266,33 @@ class ItemWriter:
                 {"type": "response.content_part.done", **common, "content_index": 0, "part": part}
             )
             item["content"] = [part]
-            item["status"] = "completed"
+            item["status"] = status
         elif kind == "function_call":
             arguments = text or "{}"
             events.append(
                 {"type": "response.function_call_arguments.done", **common, "arguments": arguments}
             )
             item["arguments"] = arguments
-            item["status"] = "completed"
+            item["status"] = status
         else:
             raw = custom_input(text)
             events.append({"type": "response.custom_tool_call_input.delta", **common, "delta": raw})
             events.append({"type": "response.custom_tool_call_input.done", **common, "input": raw})
             item["input"] = raw
-            item["status"] = "completed"
+            item["status"] = status
         events.append({"type": "response.output_item.done", "output_index": index, "item": item})
         self.items.append(item)
 
-    def close(self) -> list[Event]:
+    def close(self, *, cut: bool = False) -> list[Event]:
+        """The open item's end; `cut`: the answer stopped before the item did."""
         events: list[Event] = []
-        self._close(events)
+        self._close(events, cut=cut)
         return events
 
 
 def final_state(finish: Finish) -> tuple[str, dict[str, Any] | None]:
     """(status, incomplete_details)."""
-    if finish.truncated:
+    if finish.reason == "length":
         # Also with a tool call: it may be cut short, and a client must not run it as complete.
         return "incomplete", {"reason": "max_output_tokens"}
     return "completed", None
@@ -335,7 +342,7 @@ class ResponseStream:
     def _lifecycle(self, kind: str, response: dict[str, Any]) -> Event:
         return {"type": kind, "response": response}
 
-    def start(self) -> bytes:
+    def start(self, prompt_tokens: int | None = None) -> bytes:
         snapshot = response_object(self._info, "in_progress", [])
         return self._frames(
             [
@@ -388,8 +395,8 @@ class ResponseStream:
         return self._fast_head + orjson.dumps(text) + tail + str(sequence).encode() + b"}\n\n"
 
     def finish(self, finish: Finish) -> bytes:
-        events = self._writer.close()
         status, incomplete = final_state(finish)
+        events = self._writer.close(cut=status == "incomplete")
         response = response_object(
             self._info,
             status,
@@ -403,7 +410,7 @@ class ResponseStream:
         return self._frames([*events, self._lifecycle(kind, response)])
 
     def error(self, error: GatewayError) -> bytes:
-        events = self._writer.close()
+        events = self._writer.close(cut=True)
         response = response_object(
             self._info, "failed", self._writer.items, error=error_object(error)
         )
@@ -424,8 +431,8 @@ class ResponseCollector:
         self._writer.feed(deltas)
 
     def body(self, finish: Finish) -> bytes:
-        self._writer.close()
         status, incomplete = final_state(finish)
+        self._writer.close(cut=status == "incomplete")
         response = response_object(
             self._info,
             status,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import pytest
@@ -57,7 +57,10 @@ def finish(
     completion: int = 20,
     cached: int = 30,
 ) -> Finish:
-    return Finish(reason, matched, Usage(prompt, completion, cached))
+    # As the relay makes it: "tool_calls" here is a stop after calls, "length" max_new_tokens.
+    stopped: Literal["stop", "length"] = "length" if reason == "length" else "stop"
+    usage = Usage(prompt, completion, cached)
+    return Finish(stopped, matched, usage, made_tool_calls=reason == "tool_calls")
 
 
 def stream_bytes(batches: Batches, end: Finish, stops: tuple[str, ...] = ()) -> bytes:
@@ -264,8 +267,8 @@ def test_an_empty_answer_has_no_blocks() -> None:
         ([[C("x")]], finish("stop", "<|user|>"), ("END",), ("end_turn", None)),
         ([[C("x")]], finish("stop", "<|observation|>"), (), ("end_turn", None)),
         ([[call(0), args(0, "{}")]], finish("tool_calls"), (), ("tool_use", None)),
-        # A tool_use block was sent: tool_use, whatever ended the engine.
-        ([[call(0), args(0, "{}")]], finish("length"), (), ("tool_use", None)),
+        # Cut by max_tokens with a tool_use block: max_tokens (the call may be unfinished).
+        ([[call(0), args(0, "{}")]], finish("length"), (), ("max_tokens", None)),
         ([[call(0), args(0, "{}")]], finish("stop", "END"), ("END",), ("tool_use", None)),
         # No tool_use block: never tool_use.
         ([[C("x")]], finish("tool_calls"), (), ("end_turn", None)),
@@ -282,7 +285,7 @@ def test_stop_reason_function_directly() -> None:
     assert stop_reason(finish("length"), False, ()) == ("max_tokens", None)
     assert stop_reason(finish("stop", "x"), False, ("x", "y")) == ("stop_sequence", "x")
     assert stop_reason(finish("stop", "z"), False, ("x", "y")) == ("end_turn", None)
-    assert stop_reason(finish("length"), True, ()) == ("tool_use", None)
+    assert stop_reason(finish("length"), True, ()) == ("max_tokens", None)
 
 
 # -- usage ----------------------------------------------------------------------------------------
@@ -295,6 +298,7 @@ def test_usage_splits_the_prompt_into_uncached_and_cache_read() -> None:
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 768,
         "output_tokens": 7,
+        "output_tokens_details": {"thinking_tokens": 0},
     }
     usage = message["usage"]
     total = (
@@ -313,6 +317,7 @@ def test_message_delta_carries_the_authoritative_usage() -> None:
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 0,
         "output_tokens": 3,
+        "output_tokens_details": {"thinking_tokens": 0},
     }
 
 

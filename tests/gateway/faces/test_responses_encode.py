@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import pytest
@@ -91,8 +91,9 @@ def usage(prompt: int = 100, completion: int = 20, cached: int = 30, reasoning: 
 
 
 def finish(reason: Any = "stop", **counts: int) -> Finish:
-    # As the relay makes it: a length stop is the engine's max_new_tokens.
-    return Finish(reason, None, usage(**counts), truncated=reason == "length")
+    # As the relay makes it: "tool_calls" here is a stop after calls, "length" max_new_tokens.
+    stopped: Literal["stop", "length"] = "length" if reason == "length" else "stop"
+    return Finish(stopped, None, usage(**counts), made_tool_calls=reason == "tool_calls")
 
 
 def writer(names: ToolNames = NAMES, rid: str = "test") -> ItemWriter:
