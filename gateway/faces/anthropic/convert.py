@@ -9,7 +9,8 @@ What each field becomes (the choices where GLM-5.3-Flash differs from Claude):
   -> their text; images (base64 or url sources, also inside tool_result) go to the media stage
   (gateway.core.images places them where the template shows them).
 - assistant content: `thinking` blocks -> `reasoning_content`, restored exactly from a
-  signature of ours (else the visible text), `redacted_thinking` only when ours;
+  signature of ours issued to the same key and within the request's expansion budget (else
+  the visible text), `redacted_thinking` only when so restored;
   `tool_use` -> tool calls. A trailing assistant message (prefill) is refused: the model's
   template always opens a new assistant turn.
 - tools: client tools -> functions (`defer_loading` kept for the template, other extra keys
@@ -50,7 +51,7 @@ from gateway.faces.anthropic.protocol import (
     ToolUseBlock,
 )
 from gateway.faces.headers import read_headers
-from gateway.settings import Settings
+from gateway.settings import LimitSettings, Settings
 
 log = logging.getLogger("gateway.faces.anthropic")
 
@@ -311,6 +312,43 @@ def convert_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | 
     return out
 
 
+def check_tool_references(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    sent_bytes: int,
+    limits: LimitSettings,
+) -> None:
+    """Refuse tool_reference blocks that would render more than the request may expand to:
+    each renders the whole definition of the tool it names (limits.max_expansion_ratio)."""
+    if not tools:
+        return
+    names = [
+        part.get("name")
+        for message in messages
+        if message["role"] == "tool" and isinstance(message["content"], list)
+        for part in message["content"]
+        if isinstance(part, dict) and part.get("type") == "tool_reference"
+    ]
+    if not names:
+        return
+    sizes: dict[str, int] = {}
+    for tool in tools:
+        function = tool["function"]
+        sizes[function["name"]] = sizes.get(function["name"], 0) + len(orjson.dumps(function))
+    expanded = sum(sizes.get(name, 0) for name in names if isinstance(name, str))
+    allowed = int(limits.max_expansion_ratio * sent_bytes) + limits.expansion_floor_bytes
+    if expanded > allowed:
+        raise InvalidRequestError(
+            f"{len(names)} tool_reference blocks expand to {expanded} bytes of tool "
+            f"definitions, more than {limits.max_expansion_ratio:g} x the request's "
+            f"{sent_bytes} bytes + {limits.expansion_floor_bytes} "
+            "(limits.max_expansion_ratio, limits.expansion_floor_bytes): reference each tool "
+            "once.",
+            param="messages",
+            code="expansion_too_large",
+        )
+
+
 def convert_tool_choice(request: MessagesRequest | CountTokensRequest) -> ToolChoice:
     choice = request.tool_choice
     if choice is None or choice.type == "auto":
@@ -390,11 +428,14 @@ def to_core(
     stops = tuple(request.stop_sequences or ())
     max_tokens = max(1, min(request.max_tokens, settings.limits.max_tokens))
     images = ImageSlots()
+    messages = convert_messages(request, codec, settings, images)
+    tools = convert_tools(request.tools)
+    check_tool_references(messages, tools, body_bytes, settings.limits)
     return CoreRequest(
         api=API,
         model=request.model,
-        messages=convert_messages(request, codec, settings, images),
-        tools=convert_tools(request.tools),
+        messages=messages,
+        tools=tools,
         tool_choice=convert_tool_choice(request),
         template_kwargs=template_kwargs(request),
         sampling=Sampling(

@@ -691,7 +691,7 @@ def _answer_blocks(*, stream: bool, show_thinking: bool = True) -> list[dict[str
         tools=convert_tools([WEATHER]), tool_choice="auto", starts_in_reasoning=True
     )
     batches = [parser.feed(char) for char in OUTPUT] + [parser.finish()]
-    end = Finish("tool_calls", None, Usage(100, 40, 0))
+    end = Finish("stop", None, Usage(100, 40, 0), made_tool_calls=True)
     if stream:
         encoder = MessageStream("msg_1", "m", CODEC, (), show_thinking=show_thinking)
         raw = encoder.start() + b"".join(encoder.deltas(b) for b in batches) + encoder.finish(end)

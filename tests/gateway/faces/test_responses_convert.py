@@ -817,7 +817,7 @@ def _answer_items(*, stream: bool) -> list[dict[str, Any]]:
         tools=model_tools, tool_choice="auto", starts_in_reasoning=True
     )
     batches = [parser.feed(char) for char in OUTPUT] + [parser.finish()]
-    end = Finish("tool_calls", None, Usage(100, 40, 0))
+    end = Finish("stop", None, Usage(100, 40, 0), made_tool_calls=True)
     info = ResponseInfo("resp_1", "m", 0, {})
     writer = ItemWriter(CODEC, names, "1")
     if stream:
