@@ -5,6 +5,10 @@ entry keeps the response object (what GET returns) and the conversation that led
 input items and its output items), which a request naming it as `previous_response_id`
 continues. Codex sends `store: false` and replays its history, so it never fills this.
 `StoredResponses` puts the fleet's shared store behind it when there is one (state_url).
+
+An entry belongs to the key that made it (its key id, gateway.auth.Caller; None when no keys
+are configured): a look-up by any other key finds nothing, exactly as for an id never stored,
+so GET, DELETE and previous_response_id answer another key's id as they answer a missing one.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class StoredResponse:
     conversation: list[Any]  # input items then output items
     size: int
     stored_at: float
+    owner: str | None = None  # the key id that made it; None: no keys configured
 
 
 class ResponseStore:
@@ -52,23 +57,30 @@ class ResponseStore:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, response: dict[str, Any], conversation: list[Any]) -> bool:
-        """Store it; False when it alone is over the byte cap (then nothing is kept)."""
+    def put(
+        self, response: dict[str, Any], conversation: list[Any], owner: str | None = None
+    ) -> bool:
+        """Store it for `owner`; False when it alone is over the byte cap (then nothing is
+        kept)."""
         size = len(orjson.dumps(response)) + len(orjson.dumps(conversation))
         if size > self._max_bytes:
             return False
         self._expire()  # so what the size says is only what can still be read
         response_id = str(response["id"])
         self.delete(response_id)
-        self._entries[response_id] = StoredResponse(response, conversation, size, self._clock())
+        self._entries[response_id] = StoredResponse(
+            response, conversation, size, self._clock(), owner
+        )
         self.bytes += size
         while len(self._entries) > self._max_entries or self.bytes > self._max_bytes:
             self._evict_oldest()
         return True
 
-    def get(self, response_id: str) -> StoredResponse | None:
+    def get(self, response_id: str, owner: str | None = None) -> StoredResponse | None:
+        """The entry, when `owner` made it."""
         self._expire()
-        return self._entries.get(response_id)
+        entry = self._entries.get(response_id)
+        return entry if entry is not None and entry.owner == owner else None
 
     def delete(self, response_id: str) -> bool:
         entry = self._entries.pop(response_id, None)
@@ -158,16 +170,19 @@ class StoredResponses:
         )
         return cls(local, metrics, shared, settings=settings)
 
-    def put(self, response: dict[str, Any], conversation: list[Any]) -> asyncio.Task[None] | None:
-        """Store a response; the shared write it started (None: none), to wait for if need be."""
-        kept = self.local.put(response, conversation)
+    def put(
+        self, response: dict[str, Any], conversation: list[Any], owner: str | None = None
+    ) -> asyncio.Task[None] | None:
+        """Store a response for `owner` (a key id); the shared write it started (None: none),
+        to wait for if need be."""
+        kept = self.local.put(response, conversation, owner)
         self._gauge()
         metrics = self._metrics
         shared, script = self._shared, self._put
         if shared is None or script is None or self._max_entries == 0:
             metrics.child(metrics.response_store_writes, "local").inc()
             return None
-        blob = orjson.dumps({"response": response, "conversation": conversation})
+        blob = orjson.dumps({"response": response, "conversation": conversation, "owner": owner})
         if len(blob) > self._max_entry_bytes:
             metrics.child(metrics.response_store_writes, "local_too_large").inc()
             return None
@@ -201,8 +216,9 @@ class StoredResponses:
             self.local.delete(response_id)
             self._gauge()
 
-    async def get(self, response_id: str) -> StoredResponse | None:
-        found = self.local.get(response_id)
+    async def get(self, response_id: str, owner: str | None = None) -> StoredResponse | None:
+        """The response, when `owner` (a key id; None: no keys) made it."""
+        found = self.local.get(response_id, owner)
         self._gauge()  # the look-up may have expired entries
         shared = self._shared
         if found is not None or shared is None:
@@ -212,7 +228,12 @@ class StoredResponses:
         if not isinstance(blob, bytes):
             return None
         entry = orjson.loads(blob)
-        return StoredResponse(entry["response"], entry["conversation"], len(blob), time.monotonic())
+        # An entry written before owners were kept has none: only a keyless gateway reads it.
+        if entry.get("owner") != owner:
+            return None
+        return StoredResponse(
+            entry["response"], entry["conversation"], len(blob), time.monotonic(), owner
+        )
 
     async def delete(self, response_id: str) -> bool:
         """Deletes it here and in the shared store; True when it was in either. With the store

@@ -10,24 +10,18 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import ClientDisconnected, GatewayError
-from gateway.faces.errors import error_response
+from gateway.faces.errors import ErrorRenderer, openai_error
 from gateway.state import AppState
 
 Handler = Callable[[AppState, Scope, Receive], Awaitable[Response]]
-# The face's error body for a request (OpenAI's by default; Anthropic's carries request-id).
-ErrorRender = Callable[[GatewayError, Scope], Response]
 
 
-def _openai_error(error: GatewayError, scope: Scope) -> Response:
-    return error_response(error)
-
-
-def face_endpoint(handler: Handler, render: ErrorRender = _openai_error) -> ASGIApp:
+def face_endpoint(handler: Handler, render: ErrorRenderer = openai_error) -> ASGIApp:
     async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         try:
             response = await handler(scope["app"].state.flashbox, scope, receive)
         except GatewayError as exc:
-            response = render(exc, scope)
+            response = render(exc, str(scope["state"].get("request_id", "")))
         except ClientDisconnected:
             return
         await response(scope, receive, send)

@@ -9,22 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from starlette.responses import Response
 from starlette.types import ASGIApp
 
-from gateway.admission import ErrorRenderer, LimitHeaders
-from gateway.errors import GatewayError
+from gateway.admission import AdmissionMiddleware, LimitHeaders
 from gateway.faces.anthropic import errors as anthropic_errors
 from gateway.faces.anthropic import route as anthropic_route
-from gateway.faces.errors import error_response
+from gateway.faces.errors import ErrorRenderer, openai_error
 from gateway.faces.openai_chat import route as openai_route
 from gateway.faces.responses import route as responses_route
 from gateway.middleware import openai_error_body
 from gateway.ratelimit import openai_limit_headers
-
-
-def _openai_error(error: GatewayError, request_id: str) -> Response:
-    return error_response(error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,15 +27,36 @@ class Endpoint:
     serve: ASGIApp
     api: str  # the metrics label
     render_error: ErrorRenderer
-    # Generation requests take an admission slot; cheap ones (count_tokens) do not.
+    # Generation requests: the app puts admission (auth, the key's rate limit, a slot in the
+    # generation pool: gateway.admission) around `serve`. Counting endpoints say False: their
+    # `serve` carries that same gate already, with a slot in the counting pool (`_counted`).
     admitted: bool
-    # Its rate-limit headers (admitted endpoints only: only those have rate limits).
+    # Its rate-limit headers.
     limit_headers: LimitHeaders = openai_limit_headers
+
+
+def _counted(
+    path: str,
+    serve: ASGIApp,
+    api: str,
+    render_error: ErrorRenderer,
+    limit_headers: LimitHeaders = openai_limit_headers,
+) -> Endpoint:
+    """A counting endpoint: the same auth and rate limit as generation, its own pool."""
+    gate = AdmissionMiddleware(
+        serve,
+        controller=None,
+        api=api,
+        render_error=render_error,
+        limit_headers=limit_headers,
+        counting=True,
+    )
+    return Endpoint(path, gate, api, render_error, admitted=False, limit_headers=limit_headers)
 
 
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
-        "/v1/chat/completions", openai_route.serve_chat, "openai", _openai_error, admitted=True
+        "/v1/chat/completions", openai_route.serve_chat, "openai", openai_error, admitted=True
     ),
     Endpoint(
         "/v1/messages",
@@ -55,22 +70,18 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "/v1/responses",
         responses_route.serve_responses,
         "responses",
-        _openai_error,
+        openai_error,
         admitted=True,
     ),
-    Endpoint(
-        "/v1/responses/input_tokens",
-        responses_route.serve_input_tokens,
-        "responses",
-        _openai_error,
-        admitted=False,
+    _counted(
+        "/v1/responses/input_tokens", responses_route.serve_input_tokens, "responses", openai_error
     ),
-    Endpoint(
+    _counted(
         "/v1/messages/count_tokens",
         anthropic_route.serve_count_tokens,
         "anthropic",
         anthropic_errors.error_response,
-        admitted=False,
+        anthropic_errors.limit_headers,
     ),
 )
 

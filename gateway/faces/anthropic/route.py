@@ -15,13 +15,17 @@ from pydantic import ValidationError
 from starlette.responses import Response
 from starlette.types import Receive, Scope
 
+from gateway.auth import authenticate
+from gateway.core.bounds import Params, check_bounds
+from gateway.core.counting import count_prompt_tokens
 from gateway.core.images import ImageSlots
 from gateway.core.request import CoreRequest, Sampling, SessionHints
-from gateway.core.run import Run, count_prompt_tokens
+from gateway.core.run import Run
 from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError
 from gateway.faces.anthropic.convert import (
     API,
     Headers,
+    check_tool_references,
     convert_messages,
     convert_tool_choice,
     convert_tools,
@@ -34,10 +38,14 @@ from gateway.faces.anthropic.errors import error_response
 from gateway.faces.anthropic.protocol import CountTokensRequest, MessagesRequest
 from gateway.faces.body import check_counts, load_json_body, read_body
 from gateway.faces.endpoint import face_endpoint
+from gateway.faces.reasoning import request_codec
 from gateway.faces.validation import validation_message
 from gateway.state import AppState
 
 router = APIRouter()
+
+# The Messages API's names for the bounded fields (gateway.core.bounds).
+PARAMS = Params(stop="stop_sequences")
 
 
 def _validated(model: type[MessagesRequest | CountTokensRequest], raw: dict[str, object]) -> object:
@@ -51,7 +59,7 @@ def _validated(model: type[MessagesRequest | CountTokensRequest], raw: dict[str,
 async def _read(
     state: AppState, headers: Headers, receive: Receive
 ) -> tuple[dict[str, object], int]:
-    state.auth.check(headers.get(b"authorization"), headers.get(b"x-api-key"))
+    # The key was checked by admission (gateway.auth), before anything was charged.
     limits = state.settings.limits
     body = await read_body(receive, headers.get(b"content-length"), limits.max_body_bytes)
     raw = load_json_body(body, limits, state.settings.media.json_bypass_min_bytes)
@@ -64,19 +72,23 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     headers = Headers(scope["headers"])
     model = "unknown"
     try:
+        authenticate(scope, state.auth)  # admission's decision (gateway.auth)
         raw, size = await _read(state, headers, receive)
         request = _validated(MessagesRequest, raw)
         assert isinstance(request, MessagesRequest)
         settings = state.settings
         extra = request.model_extra or {}
+        # Bound to the request's key, for its input and its answer (gateway.faces.reasoning).
+        codec = request_codec(state, scope, size)
         core = to_core(
             request,
-            codec=state.reasoning_codec,
+            codec=codec,
             settings=settings,
             headers=headers,
             body_bytes=size,
             custom_params=extra.get("custom_params"),
         )
+        check_bounds(core, settings.limits, PARAMS)
         # Any model name is served by the served model (Claude Code asks for claude-* ids for
         # subagents): the metrics count it under the served name, the answer echoes the ask.
         model = settings.model.served_names[0]
@@ -90,7 +102,7 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     answer = MessagesAnswer(
         scope_state["rid"],
         request.model,
-        state.reasoning_codec,
+        codec,
         core.sampling.stop,
         {"request-id": scope_state["request_id"]},
         show_thinking=request.thinking is None or request.thinking.display != "omitted",
@@ -99,12 +111,8 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     return await run.respond(receive)
 
 
-def _anthropic_error(error: GatewayError, scope: Scope) -> Response:
-    return error_response(error, scope["state"]["request_id"])
-
-
 # POST /v1/messages as a bare ASGI app.
-serve_messages = face_endpoint(_respond, _anthropic_error)
+serve_messages = face_endpoint(_respond, error_response)
 
 
 async def _count(state: AppState, scope: Scope, receive: Receive) -> Response:
@@ -113,11 +121,15 @@ async def _count(state: AppState, scope: Scope, receive: Receive) -> Response:
     request = _validated(CountTokensRequest, raw)
     assert isinstance(request, CountTokensRequest)
     images = ImageSlots()
+    codec = request_codec(state, scope, size)
+    messages = convert_messages(request, codec, state.settings, images)
+    tools = convert_tools(request.tools)
+    check_tool_references(messages, tools, size, state.settings.limits)
     core = CoreRequest(
         api=API,
         model=request.model,
-        messages=convert_messages(request, state.reasoning_codec, state.settings, images),
-        tools=convert_tools(request.tools),
+        messages=messages,
+        tools=tools,
         tool_choice=convert_tool_choice(request),
         template_kwargs=template_kwargs(request),
         sampling=Sampling(),
@@ -127,6 +139,8 @@ async def _count(state: AppState, scope: Scope, receive: Receive) -> Response:
         thinking=thinking_on(request),
         images=images or None,
     )
+    # The same bounds as the request it counts (a count is not a way around them).
+    check_bounds(core, state.settings.limits, PARAMS)
     count = await count_prompt_tokens(state, core)
     return Response(
         orjson.dumps({"input_tokens": count}),
@@ -136,7 +150,7 @@ async def _count(state: AppState, scope: Scope, receive: Receive) -> Response:
 
 
 # POST /v1/messages/count_tokens: the rendered prompt's exact token count, from the engine.
-serve_count_tokens = face_endpoint(_count, _anthropic_error)
+serve_count_tokens = face_endpoint(_count, error_response)
 
 
 @router.api_route("/api/hello", methods=["GET", "HEAD"])

@@ -1,4 +1,5 @@
-"""Hop 1 of the OpenAI chat face: parse the body, check every limit, make the core request.
+"""Hop 1 of the OpenAI chat face: parse the body, make the core request, check its bounds
+(gateway.core.bounds, the same check for every face).
 
 Messages and tools stay the client's own dicts (the renderer's input); the pydantic model only
 proves their shape. Counts are checked on the raw JSON first, so an oversized conversation is
@@ -13,6 +14,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from gateway.core.bounds import Params, check_bounds
 from gateway.core.images import ImageSlots
 from gateway.core.request import CoreRequest, Sampling, SessionHints
 from gateway.errors import (
@@ -56,7 +58,10 @@ def parse_chat(
         if parent_session and session_header
         else SessionHints(header=session_header)
     )
-    return ChatInput(_core(request, raw, len(body), hints), request.include_usage)
+    core = _core(request, raw, len(body), hints)
+    max_tokens = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
+    check_bounds(core, limits, Params(max_tokens=max_tokens))
+    return ChatInput(core, request.include_usage)
 
 
 def _core(
@@ -147,7 +152,6 @@ def _json_schema(request: ChatCompletionRequest) -> str | None:
 
 
 def _check(request: ChatCompletionRequest, settings: Settings) -> None:
-    limits = settings.limits
     if request.model not in settings.model.served_names:
         raise NotFoundError(
             f"The model {request.model!r} does not exist here; "
@@ -158,15 +162,4 @@ def _check(request: ChatCompletionRequest, settings: Settings) -> None:
     if request.n > 1:
         raise InvalidRequestError(
             "n > 1 is not supported: send n separate requests instead.", param="n"
-        )
-    max_tokens = request.requested_max_tokens
-    if max_tokens is not None and max_tokens > limits.max_tokens:
-        param = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
-        raise InvalidRequestError(
-            f"{param} is {max_tokens}, above this server's limit of {limits.max_tokens}.",
-            param=param,
-        )
-    if len(request.stop_list) > limits.max_stop_sequences:
-        raise InvalidRequestError(
-            f"Too many stop sequences: at most {limits.max_stop_sequences}.", param="stop"
         )

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope
 
+from gateway.auth import authenticate
 from gateway.core.run import Run
 from gateway.errors import ClientDisconnected, GatewayError
 from gateway.faces.body import read_body
@@ -29,17 +30,18 @@ from gateway.state import AppState, app_state
 
 router = APIRouter()
 
-# The request headers hop 1 reads; everything else is the middleware's (request id, bounds).
-_WANTED = (b"authorization", b"content-length", b"x-session-id", b"x-parent-session-id")
+# The request headers hop 1 reads; everything else is the middleware's (request id, bounds)
+# or admission's (the key: gateway.auth).
+_WANTED = (b"content-length", b"x-session-id", b"x-parent-session-id")
 
 
 async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
-    """Auth, body, validation, admission into the metrics; then the core's Run answers."""
+    """Body, validation, bounds, admission into the metrics; then the core's Run answers."""
     scope_state: dict[str, Any] = scope["state"]
     headers = read_headers(scope["headers"], _WANTED)
     model = "unknown"
     try:
-        state.auth.check(headers.get(b"authorization"))
+        authenticate(scope, state.auth)  # admission's decision, or made here off its path
         limit = state.settings.limits.max_body_bytes
         body = await read_body(receive, headers.get(b"content-length"), limit)
         chat = parse_chat(

@@ -15,13 +15,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope
 
+from gateway.auth import ANONYMOUS, Caller, authenticate
+from gateway.core.bounds import Params, check_bounds
+from gateway.core.counting import count_prompt_tokens
 from gateway.core.images import ImageSlots
+from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.request import CoreRequest, Sampling, SessionHints
-from gateway.core.run import Run, count_prompt_tokens
+from gateway.core.run import Run
 from gateway.errors import ClientDisconnected, GatewayError, InvalidRequestError, NotFoundError
 from gateway.faces.body import check_counts, load_json_body, read_body
 from gateway.faces.endpoint import face_endpoint
 from gateway.faces.headers import read_headers
+from gateway.faces.reasoning import request_codec
 from gateway.faces.responses.convert import (
     convert_input,
     convert_tool_choice,
@@ -35,11 +40,16 @@ from gateway.state import AppState, app_state
 
 API = "responses"
 router = APIRouter()
+# The Responses API's names for the bounded fields (gateway.core.bounds).
+PARAMS = Params(
+    messages="input",
+    max_tokens="max_output_tokens",
+    tools_counted=" functions (namespace members counted)",
+)
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 LOGPROBS = "message.output_text.logprobs"
 _WANTED = (
-    b"authorization",
     b"content-length",
     b"x-session-id",
     b"session_id",
@@ -63,13 +73,16 @@ _ECHO = (
 )
 
 
-async def _history(state: AppState, request: ResponsesRequest) -> list[Any]:
+async def _history(
+    state: AppState, request: ResponsesRequest, caller: Caller = ANONYMOUS
+) -> list[Any]:
     """The conversation a previous_response_id names, before this request's input (from this
-    gateway's store or the fleet's, gateway.responses_store.StoredResponses)."""
+    gateway's store or the fleet's, gateway.responses_store.StoredResponses). Another key's
+    response is answered as one that is not there: its id says nothing about it."""
     previous = request.previous_response_id
     if previous is None:
         return []
-    stored = await state.responses.get(previous)
+    stored = await state.responses.get(previous, caller.key_id)
     if stored is None:
         raise InvalidRequestError(
             f"Previous response with id '{previous}' not found: it was never stored here, "
@@ -97,9 +110,12 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     model = "unknown"
     settings = state.settings
     try:
+        caller = authenticate(scope, state.auth)  # admission's decision (gateway.auth)
         request, raw, size = await _parsed(state, headers, receive)
-        history = await _history(state, request)
-        core, names, conversation = _core(state, request, raw, size, headers, history)
+        history = await _history(state, request, caller)
+        # Bound to the request's key, for its input and its answer (gateway.faces.reasoning).
+        codec = request_codec(state, scope, _sent_bytes(size, history))
+        core, names, conversation = _core(state, request, raw, size, headers, history, codec)
         # Any model name is served by the served model, echoed back in the answer.
         model = settings.model.served_names[0]
         record = state.admit(model, scope_state["arrival"], API)
@@ -113,7 +129,7 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     writes: list[asyncio.Task[None]] = []
 
     def stored(response: dict[str, Any]) -> None:
-        write = state.responses.put(response, [*conversation, *response["output"]])
+        write = state.responses.put(response, [*conversation, *response["output"]], caller.key_id)
         if write is not None:
             writes.append(write)
 
@@ -126,7 +142,7 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     answer = ResponsesAnswer(
         rid=scope_state["rid"],
         info=info,
-        codec=state.reasoning_codec,
+        codec=codec,
         names=names,
         on_done=stored if request.store else None,
         encrypted_reasoning=ENCRYPTED_REASONING in (request.include or ()),
@@ -148,21 +164,16 @@ def _core(
     size: int,
     headers: dict[bytes, str],
     history: list[Any],
+    codec: ReasoningCodec | None = None,
 ) -> tuple[CoreRequest, Any, list[Any]]:
+    """`codec`: the request's own (gateway.faces.reasoning); None: the app's, unbound."""
     tools, names = convert_tools(request.tools)
-    limit = state.settings.limits.max_tools
-    if tools is not None and len(tools) > limit:
-        # Namespaces hold many tools each: the bound is on what the model is offered.
-        raise InvalidRequestError(
-            f"Too many tools: {len(tools)} functions (namespace members counted) > {limit}.",
-            param="tools",
-        )
     items = request.input
     current = [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
     conversation = [*history, *current]
     images = ImageSlots()
     messages = convert_input(
-        request.instructions, conversation, state.reasoning_codec, names, images
+        request.instructions, conversation, codec or state.reasoning_codec, names, images
     )
     kwargs, thinking = effort(request.reasoning.effort if request.reasoning else None)
     fmt = request.text.format if request.text is not None else None
@@ -213,19 +224,23 @@ def _core(
         custom_params=extra.get("custom_params"),
         images=images or None,
     )
+    # The history from previous_response_id is in `messages`: bounded like the rest.
+    check_bounds(core, settings.limits, PARAMS)
     return core, names, conversation
 
 
 async def _parsed(
     state: AppState, headers: dict[bytes, str], receive: Receive
 ) -> tuple[ResponsesRequest, dict[str, Any], int]:
-    """Hop 1 for both endpoints: the key, the body within its bounds, the validated request
-    (and the raw body and its size, which the core request keeps)."""
-    state.auth.check(headers.get(b"authorization"))
+    """Hop 1 for both endpoints (the key was checked by admission, gateway.auth): the body
+    within its bounds, the validated request (and the raw body and its size, which the core
+    request keeps)."""
     settings = state.settings
     limits = settings.limits
     body = await read_body(receive, headers.get(b"content-length"), limits.max_body_bytes)
     raw = load_json_body(body, limits, settings.media.json_bypass_min_bytes)
+    # On the raw items, before validation is spent on them (gateway.faces.body does the same
+    # for messages and tools); the bound itself is gateway.core.bounds', on the converted turn.
     if isinstance(raw.get("input"), list) and len(raw["input"]) > limits.max_messages:
         raise InvalidRequestError(
             f"Too many input items: {len(raw['input'])} > {limits.max_messages}.",
@@ -246,12 +261,20 @@ async def _parsed(
     return request, raw, len(body)
 
 
+def _sent_bytes(size: int, history: list[Any]) -> int:
+    """What a request brought, for the bounds on what it may expand to: its body, and the
+    stored history its previous_response_id names (sent before, by the same key)."""
+    return size + (len(orjson.dumps(history)) if history else 0)
+
+
 async def _input_tokens(state: AppState, scope: Scope, receive: Receive) -> Response:
     headers = read_headers(scope["headers"], _WANTED)
     request, raw, size = await _parsed(state, headers, receive)
-    history = await _history(state, request)
-    core, _, _ = _core(state, request, raw, size, headers, history)
-    count = await count_prompt_tokens(state, core)
+    history = await _history(state, request, authenticate(scope, state.auth))
+    sent = _sent_bytes(size, history)
+    codec = request_codec(state, scope, sent)
+    core, _, _ = _core(state, request, raw, size, headers, history, codec)
+    count = await count_prompt_tokens(state, core, sent)
     return Response(
         orjson.dumps({"object": "response.input_tokens", "input_tokens": count}),
         media_type="application/json",
@@ -266,9 +289,11 @@ serve_input_tokens = face_endpoint(_input_tokens)
 
 
 async def _stored_or_404(request: Request, response_id: str) -> dict[str, Any]:
+    """The response, if it is stored and the caller's key made it: another key's is a 404 in
+    the same words as a missing one, so ids cannot be probed across keys."""
     state = app_state(request)
-    state.auth.check(request.headers.get("authorization"))
-    stored = await state.responses.get(response_id)
+    caller = authenticate(request.scope, state.auth)
+    stored = await state.responses.get(response_id, caller.key_id)
     if stored is None:
         raise NotFoundError(
             f"No response with id '{response_id}' is stored here (never stored, deleted, "
