@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from gateway.errors import NoReplicaError
 from gateway.routing import capacity
 from gateway.routing.lineage import MAIN, SIDE, HeadTable, SessionInfo, SessionTable
-from gateway.routing.picker import Outcome
+from gateway.routing.picker import Outcome, Outstanding
 from gateway.routing.pins import Pin, PinTable
 from gateway.routing.rendezvous import ranked
 from gateway.routing.replica import Replica, RequestContext, TurnOutput
@@ -127,6 +127,9 @@ class AffinityPicker:
         # saves heads (the stock one ignores the field), so warming one is worth a prefill.
         self.heads_restored = False
         self._pending: dict[str, _Pending] = {}
+        # Request id -> the replica of every pick not yet reported or forgotten (`pending`).
+        # Bounded by the requests in flight: the request path reports or forgets each pick.
+        self._picked: dict[str, str] = {}
         self._next = 0
         for replica in replicas:
             self.add(replica)
@@ -142,7 +145,10 @@ class AffinityPicker:
         """A new replica (static list, or a discovery source): no existing pin moves."""
         if replica.name in self._by_name:
             return
-        replica.breaker.configure(self._settings.breaker_failures, self._settings.breaker_open_s)
+        settings = self._settings
+        replica.breaker.configure(
+            settings.breaker_failures, settings.breaker_open_s, settings.breaker_trial_s
+        )
         self._replicas.append(replica)
         self._by_name[replica.name] = replica
 
@@ -161,8 +167,14 @@ class AffinityPicker:
 
     async def route(self, ctx: RequestContext, exclude: Collection[str] = ()) -> AffinityPick:
         """`pick`, with whatever the routing state needs around it: nothing in process;
-        the shared store's round trips in gateway.routing.fleet."""
+        the shared store's round trips in gateway.routing.fleet. In process it never
+        suspends, so no cancellation can land between the pick and its return."""
         return self.pick(ctx, exclude)
+
+    def pending(self) -> Outstanding:
+        now = self._clock()
+        trials = sum(1 for r in self._replicas if r.breaker.trial_held(now))
+        return Outstanding(picks=len(self._picked), trials=trials)
 
     async def prepare(self) -> None:
         """Nothing to prepare in process (gateway.routing.fleet loads its store scripts)."""
@@ -532,7 +544,7 @@ class AffinityPicker:
         now: float,
         kind: str,
     ) -> AffinityPick:
-        replica.breaker.on_pick(now)
+        self._took(ctx, replica, now)
         if pending is not None:
             self._pending[ctx.request_id] = pending
         if affinity not in ("pinned", "head"):
@@ -541,6 +553,28 @@ class AffinityPicker:
         if pending is not None:
             cached = max(pending.expected_cached, pending.expected_output)
         return AffinityPick(replica, affinity, self._prefill_s(ctx, cached))
+
+    def _took(self, ctx: RequestContext, replica: Replica, now: float) -> None:
+        """The request holds its pick of `replica` (and the trial there, while half-open)
+        until it is reported or forgotten."""
+        self._picked[ctx.request_id] = replica.name
+        expired = replica.breaker.on_pick(now, ctx.request_id)
+        if expired is not None:
+            log.warning(
+                "circuit breaker for %s: trial %s never reported within routing.breaker_trial_s"
+                " (%.0f s); %s tries instead",
+                replica.name,
+                expired.holder,
+                replica.breaker.trial_s,
+                ctx.request_id,
+            )
+
+    def _gave_back(self, ctx: RequestContext, replica: Replica) -> None:
+        """The request's pick is over (reported or forgotten): the trial it held, if any,
+        goes to the next request (an outcome that told something already closed or reopened
+        the breaker)."""
+        self._picked.pop(ctx.request_id, None)
+        replica.breaker.trial_over(ctx.request_id)
 
     def _verify_output(self, replica: Replica, pending: _Pending, cached_tokens: int) -> None:
         if cached_tokens >= pending.expected_output:
@@ -575,6 +609,11 @@ class AffinityPicker:
         cached_tokens: int = 0,
         output: TurnOutput | None = None,
     ) -> None:
+        self._ended(ctx, replica, outcome)
+        self._learn(ctx, replica, outcome, prompt_tokens, cached_tokens, output)
+
+    def _ended(self, ctx: RequestContext, replica: Replica, outcome: Outcome) -> None:
+        """What the outcome tells of the replica (health, breaker), and the pick given back."""
         now = self._clock()
         was_open = replica.breaker.opened_at is not None
         if outcome is Outcome.CONNECT_FAILED:
@@ -586,9 +625,20 @@ class AffinityPicker:
             replica.breaker.failure(now)
         elif outcome is Outcome.OK:
             replica.breaker.success()
-        else:
-            replica.breaker.trial_over()
+        self._gave_back(ctx, replica)
         _log_breaker(replica, was_open)
+
+    def _learn(
+        self,
+        ctx: RequestContext,
+        replica: Replica,
+        outcome: Outcome,
+        prompt_tokens: int,
+        cached_tokens: int,
+        output: TurnOutput | None,
+    ) -> None:
+        """What the turn tells of its conversation: verification, the pin's last prompt."""
+        now = self._clock()
         pending = self._pending.pop(ctx.request_id, None)
         if pending is None:
             return
@@ -681,7 +731,7 @@ class AffinityPicker:
         long for a running slot, or its client left): a conversation it placed is unplaced,
         since no checkpoint was made for it, and were it the replica's half-open breaker
         trial, another request may try."""
-        replica.breaker.trial_over()
+        self._gave_back(ctx, replica)
         pending = self._pending.pop(ctx.request_id, None)
         if pending is not None and pending.placed is not None:
             self._unplace(pending)

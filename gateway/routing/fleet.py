@@ -77,6 +77,20 @@ _PLACED = ("new", "head", "failover", "spill")
 _CONFIRM_AFTER_S = 1.0
 
 
+def _cancels() -> int:
+    task = asyncio.current_task()
+    return task.cancelling() if task is not None else 0
+
+
+def _honour_cancel(before: int) -> None:
+    """Raise the CancelledError a round trip lost. Python 3.11's asyncio.wait_for, which
+    redis-py sends commands with, drops a cancellation that lands as the write completes
+    (fixed in 3.12): the round trip then answers as if the caller still waited, and a
+    cancelled request would be handed a pick."""
+    if _cancels() > before:
+        raise asyncio.CancelledError
+
+
 class FleetPicker(AffinityPicker):
     # An expired pin here may have been moved by another gateway since: the store's answer
     # places a returning lineage, not this gateway's memory of it.
@@ -154,6 +168,7 @@ class FleetPicker(AffinityPicker):
             return await self._route(ctx, key, exclude)
 
     async def _route(self, ctx: RequestContext, key: str, exclude: Collection[str]) -> AffinityPick:
+        cancels = _cancels()
         session = ctx.session_key if ctx.lineage is not None else None
         head = ctx.head if ctx.head_tokens else None
         usable = [r for r in self._replicas if r.healthy and not r.draining]
@@ -168,16 +183,23 @@ class FleetPicker(AffinityPicker):
         # The reports waiting ride along (gateway.routing.write_back).
         reports = self.write_back.take_reports()
         epoch = self._epoch()
-        snapshot = await self._tables.fetch(
-            key,
-            session,
-            head,
-            names,
-            count=may_spill or self.pins.peek(key) is None,
-            reports=reports,
-        )
+        try:
+            snapshot = await self._tables.fetch(
+                key,
+                session,
+                head,
+                names,
+                count=may_spill or self.pins.peek(key) is None,
+                reports=reports,
+            )
+        except BaseException:
+            # Cancelled (the client left) with the fetch out: it took nothing but the reports,
+            # and a store that may never have read them is asked again with the next one.
+            self.write_back.put_back(reports)
+            raise
         if snapshot is None and reports:
             self.write_back.put_back(reports)
+        _honour_cancel(cancels)
         # From here to the claim nothing awaits: the pick sees this snapshot and no other.
         now = self._clock()
         if snapshot is not None:
@@ -197,8 +219,13 @@ class FleetPicker(AffinityPicker):
             elif snapshot.pin is not None:
                 self._confirm_pin(key, snapshot.pin.replica, epoch)
             return pick
-        self._count_placement(key, pick, before)
-        claimed = None if snapshot is None else await self._claim(key, claim, names)
+        placed = self._count_placement(key, pick, before)
+        try:
+            claimed = None if snapshot is None else await self._claim(key, claim, names)
+            _honour_cancel(cancels)
+        except BaseException:
+            self._abandoned(ctx, key, pick, claim.expected, placed, turn_ms)
+            raise
         if claimed is None:
             # Written once the store answers (gateway.routing.write_back).
             self.write_back.unsent(key, claim.expected if snapshot is not None else prior, turn_ms)
@@ -209,6 +236,28 @@ class FleetPicker(AffinityPicker):
         adopted = self._adopt(ctx, key, pick, claimed.pin)
         self._confirm_pin(key, claimed.pin.replica, epoch)
         return adopted
+
+    def _abandoned(
+        self,
+        ctx: RequestContext,
+        key: str,
+        pick: AffinityPick,
+        expected: str,
+        placed: list[tuple[str, int, int]],
+        turn_ms: int,
+    ) -> None:
+        """Cancelled (the client left) with the claim out, before anyone could report or
+        forget the pick: it is forgotten here, before the CancelledError goes on. A new
+        conversation's pin goes with its budget charge (the store keeps a claim it may have
+        written until it idles out, as for any forgotten pick); a pin that stays (a failover
+        or spill moved it, or another turn of the lineage made it real meanwhile) is written
+        back, as when the store does not answer."""
+        self.forget(ctx, pick.replica)
+        if self.pins.peek(key) is None:
+            for name, live, charged in placed:
+                self._bump(name, -live, -charged)
+            return
+        self.write_back.unsent(key, expected, turn_ms)
 
     # -- a pinned turn sent before the store answers ------------------------------------------
 
@@ -274,7 +323,13 @@ class FleetPicker(AffinityPicker):
                 await started.wait()
         reports = self.write_back.take_reports()
         epoch = self._epoch()
-        snapshot = await self._tables.fetch(key, session, head, names, count=False, reports=reports)
+        try:
+            snapshot = await self._tables.fetch(
+                key, session, head, names, count=False, reports=reports
+            )
+        except BaseException:
+            self.write_back.put_back(reports)  # cancelled (shutdown): the next fetch takes them
+            raise
         now = self._clock()
         if snapshot is None:
             if reports:
@@ -479,16 +534,22 @@ class FleetPicker(AffinityPicker):
             retired=tuple(retired),
         )
 
-    def _count_placement(self, key: str, pick: AffinityPick, before: Pin | None) -> None:
+    def _count_placement(
+        self, key: str, pick: AffinityPick, before: Pin | None
+    ) -> list[tuple[str, int, int]]:
         """This gateway's placement, counted at once, as PinTable.put counts it: until the
-        claim's answer counts it in the store, and while the store is away."""
+        claim's answer counts it in the store, and while the store is away. Returns what it
+        counted (replica, live, charged), to be taken back if the request is abandoned."""
         pin = self.pins.peek(key)
         if pick.affinity not in _PLACED or pin is None or pin is before:
-            return
-        self._bump(pin.replica, 1 if pin.durable else 0, 1)
+            return []
+        counted = [(pin.replica, 1 if pin.durable else 0, 1)]
         if before is not None and before.durable and before.replica != pin.replica:
             # A spill leaves its checkpoint charged where it was.
-            self._bump(before.replica, -1, 0 if pick.affinity == "spill" else -1)
+            counted.append((before.replica, -1, 0 if pick.affinity == "spill" else -1))
+        for name, live, charged in counted:
+            self._bump(name, live, charged)
+        return counted
 
     def _bump(self, name: str, live: int, charged: int) -> None:
         found = self._fleet.get(name)
@@ -532,9 +593,10 @@ class FleetPicker(AffinityPicker):
             affinity = "new" if pending.affinity == "head" else "failover"
             self._pending[ctx.request_id] = _Pending(key, affinity, 0, pending.kind)
             self._count(affinity, pending.kind)
-        # The half-open trial the pick granted is not made after all.
-        pick.replica.breaker.trial_in_flight = False
-        target.breaker.on_pick(now)
+        # The half-open trial the pick granted is not made after all; the request holds its
+        # pick (and any trial) of the replica it goes to instead.
+        self._gave_back(ctx, pick.replica)
+        self._took(ctx, target, now)
         log.info(
             "lineage %s: another gateway pinned it to %s first (this one chose %s)",
             key[:12],
@@ -571,18 +633,21 @@ class FleetPicker(AffinityPicker):
     ) -> None:
         confirming = self._confirming.get(ctx.request_id)
         self.first_token(ctx)
-        settle = functools.partial(
-            self._report, ctx, replica, outcome, prompt_tokens, cached_tokens, output
+        # The replica's breaker and the pick are settled now: only what the turn tells of its
+        # conversation may wait for the store.
+        self._ended(ctx, replica, outcome)
+        learn = functools.partial(
+            self._learn, ctx, replica, outcome, prompt_tokens, cached_tokens, output
         )
         if confirming is not None and outcome is Outcome.OK:
             # A turn shorter than the store's round trip: verified once the store has answered
             # with what it promised (a retry's pick reuses the request's id, so only a finished
             # turn waits; the others have no promise to verify).
-            confirming.add_done_callback(lambda _done: settle())
+            confirming.add_done_callback(lambda _done: learn())
             return
-        settle()
+        learn()
 
-    def _report(
+    def _learn(
         self,
         ctx: RequestContext,
         replica: Replica,
@@ -591,16 +656,10 @@ class FleetPicker(AffinityPicker):
         cached_tokens: int,
         output: TurnOutput | None,
     ) -> None:
-        """The report, once the turn's fetch has answered (or when there is none)."""
+        """Once the turn's fetch has answered (or when there is none): the turn's report
+        written to the store too."""
         pending = ctx.request_id in self._pending
-        super().report(
-            ctx,
-            replica,
-            outcome,
-            prompt_tokens=prompt_tokens,
-            cached_tokens=cached_tokens,
-            output=output,
-        )
+        super()._learn(ctx, replica, outcome, prompt_tokens, cached_tokens, output)
         if not pending or outcome is not Outcome.OK or prompt_tokens <= 0:
             return
         key = ctx.key

@@ -9,6 +9,7 @@ session affinity, with consistent-hashing and round-robin policies as baselines)
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
@@ -24,6 +25,17 @@ class Outcome(StrEnum):
     CLIENT_GONE = "client_gone"
     # The engine refused the request itself (4xx): not the replica's fault.
     REJECTED = "rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class Outstanding:
+    """What routing holds for requests now (`ReplicaPicker.pending`): all zero when the gateway
+    is idle, else something was taken and never given back."""
+
+    # Picks routed and not yet reported or forgotten.
+    picks: int = 0
+    # Half-open breaker trials whose lease runs (gateway.routing.breaker).
+    trials: int = 0
 
 
 class Pick(Protocol):
@@ -51,7 +63,17 @@ class ReplicaPicker(Protocol):
 
     async def route(self, ctx: RequestContext, exclude: Collection[str] = ()) -> Pick:
         """`pick` with the routing state's own round trips around it (the shared store's,
-        when gateways share one: gateway.routing.fleet); what the request path calls."""
+        when gateways share one: gateway.routing.fleet); what the request path calls.
+
+        Cancellation-safe: cancelled at any await inside, it gives back everything the pick
+        took (its bookkeeping, a new conversation's pin and budget charge, the breaker's
+        trial) before the CancelledError propagates; returned, the pick is the caller's to
+        `report` or `forget`."""
+        ...
+
+    def pending(self) -> Outstanding:
+        """What routing holds now: picks not yet reported or forgotten, trials leased. Cheap
+        (an idle check after each test)."""
         ...
 
     async def prepare(self) -> None:
