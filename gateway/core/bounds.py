@@ -65,3 +65,24 @@ def check_bounds(core: CoreRequest, limits: LimitSettings, params: Params = DEFA
             f"{limits.max_tokens}.",
             param=params.max_tokens,
         )
+
+
+def check_prompt_expansion(prompt: str, sent_bytes: int, limits: LimitSettings) -> None:
+    """Refuse a rendered prompt past what the request's bytes allow (limits.max_prompt_ratio)."""
+    allowed = int(limits.max_prompt_ratio * sent_bytes) + limits.expansion_floor_bytes
+    size = utf8_length(prompt)
+    if size > allowed:
+        raise InvalidRequestError(
+            f"The request renders to a {size}-byte prompt, more than "
+            f"{limits.max_prompt_ratio:g} x its {sent_bytes} bytes + "
+            f"{limits.expansion_floor_bytes} (limits.max_prompt_ratio, "
+            "limits.expansion_floor_bytes): send fewer tool_reference blocks or less restored "
+            "reasoning, or split the request.",
+            code="prompt_expansion_too_large",
+        )
+
+
+def utf8_length(text: str) -> int:
+    """The text's UTF-8 bytes, an upper bound on its tokens; without copying it when it is
+    ASCII (str.isascii reads a flag: a megabyte prompt is not encoded to be measured)."""
+    return len(text) if text.isascii() else len(text.encode())

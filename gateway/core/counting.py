@@ -4,7 +4,8 @@ A count is the rendered prompt's tokens from an up engine's own /tokenize, plus 
 request's images add. Counting is cheap for the client and not for us (a render here, a
 tokenizer pass there), so it is bounded three ways:
 - the rendered prompt is at most limits.max_prompt_ratio x the bytes the request sent +
-  limits.expansion_floor_bytes (a 400 past it): what a small body may make the engine read;
+  limits.expansion_floor_bytes (a 400 past it, gateway.core.bounds, as for generation): what
+  a small body may make the engine read;
 - counts are cached by the rendered prompt's digest, and at most limits.max_concurrent_counts
   /tokenize calls run at once (gateway.core.prompt_counts, AppState.prompt_counts). Only the
   text is cached: an image is one marker in the prompt, and its tokens are worked out afresh
@@ -13,39 +14,19 @@ tokenizer pass there), so it is bounded three ways:
 
 from __future__ import annotations
 
+from gateway.core.bounds import check_prompt_expansion
 from gateway.core.request import CoreRequest
-from gateway.core.run import extra_tokens, render_prompt, resolve_images, utf8_length
-from gateway.errors import InvalidRequestError, NoReplicaError
-from gateway.settings import LimitSettings
+from gateway.core.run import extra_tokens, render_prompt, resolve_images
+from gateway.errors import NoReplicaError
 from gateway.state import AppState
 
 
-def check_prompt_expansion(prompt: str, sent_bytes: int, limits: LimitSettings) -> None:
-    """Refuse a rendered prompt past what the request's bytes allow (limits.max_prompt_ratio)."""
-    allowed = int(limits.max_prompt_ratio * sent_bytes) + limits.expansion_floor_bytes
-    size = utf8_length(prompt)
-    if size > allowed:
-        raise InvalidRequestError(
-            f"The request renders to a {size}-byte prompt, more than "
-            f"{limits.max_prompt_ratio:g} x its {sent_bytes} bytes + "
-            f"{limits.expansion_floor_bytes} (limits.max_prompt_ratio, "
-            "limits.expansion_floor_bytes): send fewer tool_reference blocks or less restored "
-            "reasoning, or split the request.",
-            code="prompt_expansion_too_large",
-        )
-
-
-async def count_prompt_tokens(
-    state: AppState, request: CoreRequest, sent_bytes: int | None = None
-) -> int:
+async def count_prompt_tokens(state: AppState, request: CoreRequest) -> int:
     """The tokens `request`'s prompt would take, images included: rendered here, counted by
-    an up engine's own tokenizer (Anthropic's count_tokens, Responses' input_tokens).
-    `sent_bytes`: what the request brought (body, and a stored history it names), by default
-    its body."""
+    an up engine's own tokenizer (Anthropic's count_tokens, Responses' input_tokens)."""
     checked = await resolve_images(state, request)
     prompt, order = await render_prompt(state, request)
-    sent = request.body_bytes if sent_bytes is None else sent_bytes
-    check_prompt_expansion(prompt, sent, state.settings.limits)
+    check_prompt_expansion(prompt, request.body_bytes, state.settings.limits)
 
     async def tokenize(text: str) -> int:
         replica = next((r for r in state.picker.replicas if r.healthy), None)

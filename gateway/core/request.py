@@ -64,6 +64,9 @@ class CoreRequest:
     sampling: Sampling
     stream: bool
     session: SessionHints
+    # The bytes the request brought (its body; for Responses also the stored history its
+    # previous_response_id names): what it may expand into is bounded relative to this, and
+    # rendering a large one leaves the event loop (render_offload).
     body_bytes: int
     # False: the prompt closes the reasoning block itself, so the model answers at once.
     thinking: bool = True

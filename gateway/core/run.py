@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from gateway.core.answer import Answer
+from gateway.core.bounds import check_prompt_expansion, utf8_length
 from gateway.core.heads import HEAD_TOKENS_PARAM, prompt_head
 from gateway.core.images import check_markers
 from gateway.core.relay import EventSource, HeldStream, Relay, error_kind
@@ -158,6 +159,9 @@ class Run:
         if images:
             record.mark("media")
         prompt, order = await render_prompt(state, request)
+        # What a small body may make the engine read is bounded (restored reasoning and
+        # tool_reference blocks are bounded before this; the prompt as a whole here).
+        check_prompt_expansion(prompt, request.body_bytes, state.settings.limits)
         record.mark("render")
         tag = state.settings.model.reasoning_open_tag
         in_reasoning = bool(tag) and prompt.endswith(tag)
@@ -463,12 +467,6 @@ async def resolve_images(state: AppState, request: CoreRequest) -> list[CheckedI
         return []
     refs = [ImageRef(slot.url, slot.where) for slot in request.images.slots]
     return await state.media.resolve(refs)
-
-
-def utf8_length(text: str) -> int:
-    """The text's UTF-8 bytes, an upper bound on its tokens; without copying it when it is
-    ASCII (str.isascii reads a flag: a megabyte prompt is not encoded to be measured)."""
-    return len(text) if text.isascii() else len(text.encode())
 
 
 def extra_tokens(images: list[CheckedImage]) -> int:

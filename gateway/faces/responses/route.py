@@ -114,8 +114,9 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
         request, raw, size = await _parsed(state, headers, receive)
         history = await _history(state, request, caller)
         # Bound to the request's key, for its input and its answer (gateway.faces.reasoning).
-        codec = request_codec(state, scope, _sent_bytes(size, history))
-        core, names, conversation = _core(state, request, raw, size, headers, history, codec)
+        sent = _sent_bytes(size, history)
+        codec = request_codec(state, scope, sent)
+        core, names, conversation = _core(state, request, raw, sent, headers, history, codec)
         # Any model name is served by the served model, echoed back in the answer.
         model = settings.model.served_names[0]
         record = state.admit(model, scope_state["arrival"], API)
@@ -161,12 +162,13 @@ def _core(
     state: AppState,
     request: ResponsesRequest,
     raw: dict[str, Any],
-    size: int,
+    sent: int,
     headers: dict[bytes, str],
     history: list[Any],
     codec: ReasoningCodec | None = None,
 ) -> tuple[CoreRequest, Any, list[Any]]:
-    """`codec`: the request's own (gateway.faces.reasoning); None: the app's, unbound."""
+    """`sent`: the bytes the request brought, its stored history included (`_sent_bytes`);
+    `codec`: the request's own (gateway.faces.reasoning); None: the app's, unbound."""
     tools, names = convert_tools(request.tools)
     items = request.input
     current = [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
@@ -217,7 +219,7 @@ def _core(
             body={"user": request.user} if request.user else {},
             conversation=subagent,
         ),
-        body_bytes=size,
+        body_bytes=sent,
         thinking=thinking,
         clamp_max_tokens=True,
         parallel_tool_calls=request.parallel_tool_calls is not False,
@@ -273,8 +275,8 @@ async def _input_tokens(state: AppState, scope: Scope, receive: Receive) -> Resp
     history = await _history(state, request, authenticate(scope, state.auth))
     sent = _sent_bytes(size, history)
     codec = request_codec(state, scope, sent)
-    core, _, _ = _core(state, request, raw, size, headers, history, codec)
-    count = await count_prompt_tokens(state, core, sent)
+    core, _, _ = _core(state, request, raw, sent, headers, history, codec)
+    count = await count_prompt_tokens(state, core)
     return Response(
         orjson.dumps({"object": "response.input_tokens", "input_tokens": count}),
         media_type="application/json",

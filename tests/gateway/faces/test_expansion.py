@@ -9,9 +9,11 @@ import tracemalloc
 from typing import Any
 
 import orjson
+import pytest
 
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.settings import LimitSettings
+from tests.gateway.conftest import MODEL as SERVED
 from tests.gateway.conftest import gateway_client
 from tests.gateway.fake_engine import FakeEngine
 
@@ -228,3 +230,24 @@ async def test_a_rendered_prompt_past_its_bound_is_a_400_on_both_count_endpoints
     assert responses.json()["error"]["code"] == "prompt_expansion_too_large"
     assert "limits.max_prompt_ratio" in anthropic.json()["error"]["message"]
     assert engine.tokenized == []
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 1000}]}),
+        ("/v1/messages", {"max_tokens": 8, "messages": [{"role": "user", "content": "x" * 1000}]}),
+        ("/v1/responses", {"input": "x" * 1000}),
+    ],
+)
+async def test_a_generation_prompt_past_its_bound_is_a_400_before_the_engine(
+    path: str, body: dict[str, object]
+) -> None:
+    """The same bound holds on every face's generation, not only on the counts."""
+    tight = {"max_prompt_ratio": 0.5, "expansion_floor_bytes": 0}
+    engine = FakeEngine()
+    async with gateway_client(engine, limits=tight) as client:
+        response = await client.post(path, json={"model": SERVED, **body})
+    assert response.status_code == 400, response.text
+    assert "limits.max_prompt_ratio" in response.text
+    assert engine.generates == []
