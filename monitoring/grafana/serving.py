@@ -256,6 +256,22 @@ def _traffic() -> list[PanelBuilder]:
             width=FULL_WIDTH,
             height=6,
         ),
+        graph(
+            "Engine connections and what routing holds",
+            "Engine connections taken and not given back, by pool (generation, control: probes "
+            "and aborts, count: /tokenize), and routing's picks and breaker trials not yet "
+            "reported. Each follows the requests in flight and falls to 0 when the gateway is "
+            "idle; one that stays up while nothing runs is a leak.",
+            COUNT,
+            [
+                Query(
+                    "sum by (pool) (flashbox_upstream_connections_in_use)", "connections {{pool}}"
+                ),
+                Query("sum by (kind) (flashbox_routing_outstanding)", "routing {{kind}}"),
+                Query(_rate("flashbox_upstream_abort_failures_total"), "aborts failed /s"),
+            ],
+            width=FULL_WIDTH,
+        ),
     ]
 
 
