@@ -2,10 +2,11 @@
 
 A key comes as `Authorization: Bearer KEY` (the OpenAI SDKs, the Anthropic SDK's `api_key`
 and `auth_token`, Codex) or as `x-api-key: KEY` (the Anthropic API's own way; Claude Code sends
-ANTHROPIC_API_KEY so), on any face. When both headers are sent they must carry the same key
-(Claude Code sends both when both variables are set): two different keys are refused, never
-resolved by picking one, so no proxy in front and no rate limit can read the request as one key
-while it is served as the other.
+ANTHROPIC_API_KEY so), on any face. When both headers are sent with different keys (Claude Code
+sends both when both variables are set, and a real Anthropic key is often left in the shell),
+the one that is a key of this gateway names the caller; two keys of this gateway are refused,
+never resolved by picking one, so no rate limit can read the request as one key while it is
+served as the other.
 
 The decision is made once, by `authenticate`, before anything is charged: gateway.admission
 makes it first for every face endpoint (before the rate limit and the admission slot) and
@@ -59,27 +60,34 @@ class ApiKeyChecker:
         is one of the configured keys."""
         if not self._keys:
             return ANONYMOUS
-        key = presented_key(authorization, api_key)
-        self._match(key.encode())
-        return Caller(key_id(key))
+        # Both headers with different keys: the one that is a key of this gateway names the
+        # caller (Claude Code sends ANTHROPIC_API_KEY as x-api-key and ANTHROPIC_AUTH_TOKEN as
+        # a Bearer token; a real Anthropic key left in the shell must not lock it out). Two
+        # keys of this gateway are two identities: refused, never resolved by picking one.
+        matching = [key for key in presented_keys(authorization, api_key) if self._is_key(key)]
+        if not matching:
+            raise AuthenticationError("Incorrect API key provided.", headers=_CHALLENGE)
+        if len(matching) > 1:
+            raise AuthenticationError(_TWO_KEYS, headers=_CHALLENGE)
+        return Caller(key_id(matching[0]))
 
     def check(self, authorization: str | None, api_key: str | None = None) -> None:
         """`identify` for routes outside the faces that only need a yes or no."""
         self.identify(authorization, api_key)
 
-    def _match(self, candidate: bytes) -> None:
+    def _is_key(self, candidate: str) -> bool:
         # Compare against every key, without stopping early, so timing says nothing about which
         # key (or how much of one) matched.
+        encoded = candidate.encode()
         matched = False
         for key in self._keys:
-            matched |= hmac.compare_digest(candidate, key)
-        if not matched:
-            raise AuthenticationError("Incorrect API key provided.", headers=_CHALLENGE)
+            matched |= hmac.compare_digest(encoded, key)
+        return matched
 
 
-def presented_key(authorization: str | None, api_key: str | None) -> str:
-    """The one key the headers carry (an empty header counts as not sent); AuthenticationError
-    when none is sent, Authorization is not `Bearer <key>`, or the two headers disagree."""
+def presented_keys(authorization: str | None, api_key: str | None) -> tuple[str, ...]:
+    """The distinct keys the headers carry, one or two (an empty header counts as not sent);
+    AuthenticationError when none is sent or Authorization is not `Bearer <key>`."""
     bearer = None
     if authorization and authorization.strip():
         scheme, _, token = authorization.strip().partition(" ")
@@ -94,19 +102,28 @@ def presented_key(authorization: str | None, api_key: str | None) -> str:
             "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
             headers=_CHALLENGE,
         )
-    if (
-        bearer is not None
-        and header_key is not None
-        and not hmac.compare_digest(bearer.encode(), header_key.encode())
-    ):
-        raise AuthenticationError(
-            "The Authorization and x-api-key headers carry different keys: send one key, "
-            "in either header (or the same key in both).",
-            headers=_CHALLENGE,
-        )
-    key = bearer if bearer is not None else header_key
-    assert key is not None
-    return key
+    if bearer is None or header_key is None:
+        key = bearer if bearer is not None else header_key
+        assert key is not None
+        return (key,)
+    if hmac.compare_digest(bearer.encode(), header_key.encode()):
+        return (bearer,)
+    return (bearer, header_key)
+
+
+def presented_key(authorization: str | None, api_key: str | None) -> str:
+    """The one key the headers carry; AuthenticationError as `presented_keys`, or when the two
+    headers carry different keys."""
+    keys = presented_keys(authorization, api_key)
+    if len(keys) > 1:
+        raise AuthenticationError(_TWO_KEYS, headers=_CHALLENGE)
+    return keys[0]
+
+
+_TWO_KEYS = (
+    "The Authorization and x-api-key headers carry two different keys of this gateway: send "
+    "one key, in either header (or the same key in both)."
+)
 
 
 def authenticate(scope: Scope, checker: ApiKeyChecker) -> Caller:

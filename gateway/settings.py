@@ -134,7 +134,7 @@ class UpstreamSettings(_Section):
     # milliseconds, and a refusal seen in time is the face's 4xx. A prefill that runs longer
     # is not slowed down: its first token still goes out the moment it comes.
     refusal_wait_s: float = Field(default=0.25, ge=0, le=5)
-    # POST /tokenize (count_tokens), on the control client: the whole exchange. SGLang encodes
+    # POST /tokenize (count_tokens), on the count pool: the whole exchange. SGLang encodes
     # on its HTTP process's event loop, so a busy engine answers late; a long prompt's count
     # never needs minutes, unlike a prefill.
     tokenize_timeout_s: float = Field(default=30.0, gt=0)

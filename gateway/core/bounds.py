@@ -67,10 +67,16 @@ def check_bounds(core: CoreRequest, limits: LimitSettings, params: Params = DEFA
         )
 
 
-def check_prompt_expansion(prompt: str, sent_bytes: int, limits: LimitSettings) -> None:
-    """Refuse a rendered prompt past what the request's bytes allow (limits.max_prompt_ratio)."""
-    allowed = int(limits.max_prompt_ratio * sent_bytes) + limits.expansion_floor_bytes
-    size = utf8_length(prompt)
+def allowed_expansion(sent_bytes: int, ratio: float, limits: LimitSettings) -> int:
+    """The bytes a request that brought `sent_bytes` may expand into at `ratio` (one of the
+    limits' ratios), the floor included: small requests carry templates and tools too."""
+    return int(ratio * sent_bytes) + limits.expansion_floor_bytes
+
+
+def check_prompt_expansion(size: int, sent_bytes: int, limits: LimitSettings) -> None:
+    """Refuse a rendered prompt of `size` UTF-8 bytes past what the request's bytes allow
+    (limits.max_prompt_ratio)."""
+    allowed = allowed_expansion(sent_bytes, limits.max_prompt_ratio, limits)
     if size > allowed:
         raise InvalidRequestError(
             f"The request renders to a {size}-byte prompt, more than "

@@ -14,7 +14,7 @@ tokenizer pass there), so it is bounded three ways:
 
 from __future__ import annotations
 
-from gateway.core.bounds import check_prompt_expansion
+from gateway.core.bounds import check_prompt_expansion, utf8_length
 from gateway.core.request import CoreRequest
 from gateway.core.run import extra_tokens, render_prompt, resolve_images
 from gateway.errors import NoReplicaError
@@ -26,7 +26,7 @@ async def count_prompt_tokens(state: AppState, request: CoreRequest) -> int:
     an up engine's own tokenizer (Anthropic's count_tokens, Responses' input_tokens)."""
     checked = await resolve_images(state, request)
     prompt, order = await render_prompt(state, request)
-    check_prompt_expansion(prompt, request.body_bytes, state.settings.limits)
+    check_prompt_expansion(utf8_length(prompt), request.body_bytes, state.settings.limits)
 
     async def tokenize(text: str) -> int:
         replica = next((r for r in state.picker.replicas if r.healthy), None)

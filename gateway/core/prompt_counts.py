@@ -49,8 +49,9 @@ class PromptCounts:
             try:
                 return await asyncio.shield(pending)
             except asyncio.CancelledError:
-                if not pending.cancelled():
-                    raise  # this request was cancelled
+                task = asyncio.current_task()
+                if not pending.cancelled() or (task is not None and task.cancelling()):
+                    raise  # this request was cancelled (perhaps as the leader left too)
                 # The request that was counting left before the engine answered: ask again.
         return await self._lead(digest, prompt, tokenize)
 

@@ -39,6 +39,7 @@ import time
 import zlib
 from collections.abc import Callable
 
+from gateway.core.bounds import allowed_expansion
 from gateway.settings import LimitSettings
 
 log = logging.getLogger("gateway.core.reasoning_codec")
@@ -72,8 +73,7 @@ class ExpansionBudget:
     @classmethod
     def for_request(cls, sent_bytes: int, limits: LimitSettings) -> ExpansionBudget:
         """`sent_bytes`: what the request brought (its body, and a stored history it names)."""
-        ratio = limits.max_expansion_ratio
-        return cls(int(ratio * sent_bytes) + limits.expansion_floor_bytes)
+        return cls(allowed_expansion(sent_bytes, limits.max_expansion_ratio, limits))
 
     @property
     def left(self) -> int:

@@ -136,6 +136,11 @@ class Run:
         encoder = self._answer.stream_encoder()
         try:
             await relay.stream(send, encoder=encoder, keepalive_s=self._keepalive_s)
+        except asyncio.CancelledError:
+            # The server cancels the stream (a forced shutdown): as for a client that left,
+            # the engine stops and routing hears it, instead of a 200 and an OK.
+            await self._client_gone()
+            raise
         except Exception as exc:
             # A bug of ours mid-stream: the headers are out, so the face's error event ends
             # the stream (a 200 whose body says it failed), counted as a 500.
@@ -161,7 +166,8 @@ class Run:
         prompt, order = await render_prompt(state, request)
         # What a small body may make the engine read is bounded (restored reasoning and
         # tool_reference blocks are bounded before this; the prompt as a whole here).
-        check_prompt_expansion(prompt, request.body_bytes, state.settings.limits)
+        prompt_bytes = utf8_length(prompt)  # measured once: a non-ASCII prompt is encoded
+        check_prompt_expansion(prompt_bytes, request.body_bytes, state.settings.limits)
         record.mark("render")
         tag = state.settings.model.reasoning_open_tag
         in_reasoning = bool(tag) and prompt.endswith(tag)
@@ -185,13 +191,13 @@ class Run:
             # Only checked bytes, as data URLs the gateway built: the engine would fetch or
             # open anything else it is given.
             body["image_data"] = [image.data_url for image in placed]
-        await self._fit_input(prompt, image_tokens)
+        await self._fit_input(prompt, prompt_bytes, image_tokens)
         if request.clamp_max_tokens:
-            await self._fit_output(prompt, body["sampling_params"], image_tokens)
+            await self._fit_output(prompt, prompt_bytes, body["sampling_params"], image_tokens)
         elif image_tokens:
             # Images can take most of the context by themselves: refuse what cannot fit
             # before the engine spends a vision pass on it.
-            await self._fit_output(prompt, {"max_new_tokens": 1}, image_tokens)
+            await self._fit_output(prompt, prompt_bytes, {"max_new_tokens": 1}, image_tokens)
         constraint = state.constraint_builder(
             tools=request.tools,
             tool_choice=self._tool_choice,
@@ -252,7 +258,7 @@ class Run:
             self._counted = await self._state.engine.count_prompt_tokens(replica, prompt)
         return self._counted
 
-    async def _fit_input(self, prompt: str, extra: int) -> None:
+    async def _fit_input(self, prompt: str, prompt_bytes: int, extra: int) -> None:
         """Refuse a prompt past the smallest max_req_input_len the replicas report, as the real
         server reports it (context_length is null there unless the flag is passed): the face's
         400 before the engine sees the request, which it would refuse or abort after queueing.
@@ -262,13 +268,15 @@ class Run:
             return
         replica = min(replicas, key=lambda r: r.max_input_tokens or 0)
         limit = replica.max_input_tokens or 0
-        if utf8_length(prompt) + _SPECIAL_TOKENS_MARGIN + extra <= limit:
+        if prompt_bytes + _SPECIAL_TOKENS_MARGIN + extra <= limit:
             return
         tokens = await self._count(replica, prompt) + extra
         if tokens > limit:
             raise ContextLengthError(tokens, limit)
 
-    async def _fit_output(self, prompt: str, params: dict[str, Any], extra: int = 0) -> None:
+    async def _fit_output(
+        self, prompt: str, prompt_bytes: int, params: dict[str, Any], extra: int = 0
+    ) -> None:
         """Lower max_new_tokens to what fits in the engine's context (SGLang refuses a prompt
         plus max_new_tokens past its context, and its auto-truncation would cut the prompt).
 
@@ -286,7 +294,7 @@ class Run:
         # Margin for special tokens the engine's tokenizer may add to the text's own.
         # `extra`: what images add to the text's own tokens (the engine's /tokenize is text-only).
         wanted = int(params["max_new_tokens"]) + _SPECIAL_TOKENS_MARGIN + extra
-        if utf8_length(prompt) + wanted < context:
+        if prompt_bytes + wanted < context:
             return
         wanted -= _SPECIAL_TOKENS_MARGIN + extra
         tokens = await self._count(replica, prompt) + extra

@@ -102,15 +102,24 @@ class EngineClient:
         )
         self._urls: dict[str, str] = {}
         self._injected = transport
-        self._control_pool = self._pool(settings.control_max_connections, transport)
+        # A probe or an abort waits for a connection no longer than one of its tries takes
+        # (abort_timeout_s): it tries again, rather than queueing behind a burst.
+        self._control_pool = self._pool(
+            settings.control_max_connections, transport, settings.abort_timeout_s
+        )
         self.control = self._small_client(self._control_pool)
-        self._count_pool = self._pool(settings.count_max_connections, transport)
+        self._count_pool = self._pool(
+            settings.count_max_connections, transport, settings.pool_timeout_s
+        )
         self._counting = self._small_client(self._count_pool)
 
-    def _pool(self, connections: int, transport: httpx.AsyncBaseTransport | None) -> _Counted:
+    @staticmethod
+    def _pool(
+        connections: int, transport: httpx.AsyncBaseTransport | None, wait_s: float
+    ) -> _Counted:
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         inner = transport or httpx.AsyncHTTPTransport(limits=limits)
-        return _Counted(inner, connections, self._settings.pool_timeout_s)
+        return _Counted(inner, connections, wait_s)
 
     def _small_client(self, pool: _Counted) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -392,11 +401,10 @@ class _CountedStream(httpx.AsyncByteStream):
         self._response = response
         self._owner: _Counted | None = owner
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> AsyncIterator[bytes]:
         stream = self._response.stream
         assert isinstance(stream, httpx.AsyncByteStream)  # an async transport's response
-        async for chunk in stream:
-            yield chunk
+        return stream.__aiter__()  # no generator hop per chunk
 
     async def aclose(self) -> None:
         owner, self._owner = self._owner, None

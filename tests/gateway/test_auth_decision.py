@@ -31,9 +31,8 @@ REFUSED: dict[str, dict[str, str]] = {
     "wrong bearer": {"authorization": "Bearer nope"},
     "wrong x-api-key": {"x-api-key": "nope"},
     "not bearer": {"authorization": f"Basic {KEY}"},
-    "two keys": {"authorization": f"Bearer {KEY}", "x-api-key": OTHER},
-    "good bearer, wrong x-api-key": {"authorization": f"Bearer {KEY}", "x-api-key": "nope"},
-    "wrong bearer, good x-api-key": {"authorization": "Bearer nope", "x-api-key": KEY},
+    "two keys of this gateway": {"authorization": f"Bearer {KEY}", "x-api-key": OTHER},
+    "two wrong keys": {"authorization": "Bearer nope", "x-api-key": "nope either"},
 }
 
 
@@ -121,7 +120,7 @@ async def test_a_refused_key_costs_nothing_on_any_face(engine: FakeEngine) -> No
                 assert response.headers["www-authenticate"] == "Bearer"
                 assert "x-ratelimit-remaining-requests" not in response.headers, (path, case)
         two_keys = await client.post(
-            "/v1/chat/completions", json=chat_body(), headers=REFUSED["two keys"]
+            "/v1/chat/completions", json=chat_body(), headers=REFUSED["two keys of this gateway"]
         )
         assert "different keys" in two_keys.json()["error"]["message"]
         assert not engine.generates
@@ -139,3 +138,19 @@ async def test_a_refused_key_costs_nothing_on_any_face(engine: FakeEngine) -> No
             if line.startswith("flashbox_requests_total{") and 'code="401"' in line
         )
         assert total == count
+
+
+async def test_of_two_different_keys_the_one_of_this_gateway_names_the_caller(
+    engine: FakeEngine,
+) -> None:
+    """Claude Code with ANTHROPIC_API_KEY (a real Anthropic key left in the shell, sent as
+    x-api-key) and ANTHROPIC_AUTH_TOKEN (the gateway's key, sent as Bearer): served as the
+    gateway's key, on every face."""
+    async with gateway_client(engine, api_keys=[KEY]) as client:
+        for path, body in ENDPOINTS.items():
+            for headers in (
+                {"x-api-key": "sk-ant-not-this-gateways", "authorization": f"Bearer {KEY}"},
+                {"x-api-key": KEY, "authorization": "Bearer sk-not-this-gateways"},
+            ):
+                response = await client.post(path, json=body, headers=headers)
+                assert response.status_code == 200, (path, response.text)

