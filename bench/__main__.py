@@ -30,10 +30,12 @@ SUITES: dict[str, str] = {
     "sessions": "bench.sessions",
     "synth-shape": "bench.shape_synth",
     "soak": "bench.soak",
+    "abandon-soak": "bench.abandon_soak",
     "kernels": "bench.kernels_device",
     "media": "bench.media",
     "media-load": "bench.media_load",
     "images-device": "bench.images_device",
+    "hostile_connections": "bench.hostile_connections",
 }
 
 

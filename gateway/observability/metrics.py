@@ -58,6 +58,15 @@ ABORT_PHASES = ("queued", "before_first_token", "streaming", "non_streaming", "e
 CONNECTION_POOLS = ("generation", "control", "count")
 # flashbox_routing_outstanding{kind}: gateway.routing.picker.Outstanding's fields.
 OUTSTANDING_PICKS = ("picks", "trials")
+# The gauges that are 0 whenever no request runs (a test's and the soak's idle check, and the
+# FlashboxResourcesHeldWhileIdle alert's reading).
+IDLE_GAUGES = (
+    "flashbox_upstream_connections_in_use",
+    "flashbox_requests_in_flight",
+    "flashbox_fair_queue_waiting",
+    "flashbox_admission_queued",
+    "flashbox_routing_outstanding",
+)
 # flashbox_rate_limited_total{limit,source}: the per-key bucket a refused request hit, and where
 # it was counted: in the shared store, or in this gateway's own buckets (gateway/ratelimit.py).
 RATE_LIMITS = ("requests", "tokens")

@@ -12,6 +12,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.procs import Proc
+from gateway.observability.metrics import IDLE_GAUGES
 from gateway.state import AppState
 
 # Aborts run as background tasks (an abort the engine does not answer takes up to its tries:
@@ -29,16 +30,6 @@ async def assert_idle(state: AppState, settle_s: float = SETTLE_S) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"the gateway still holds {held} after its requests ended")
         await asyncio.sleep(0.01)
-
-
-# The /metrics figures that must be 0 when no request runs (gauges of gateway.observability).
-IDLE_GAUGES = (
-    "flashbox_upstream_connections_in_use",
-    "flashbox_requests_in_flight",
-    "flashbox_fair_queue_waiting",
-    "flashbox_admission_queued",
-    "flashbox_routing_outstanding",
-)
 
 
 def held_in_metrics(text: str) -> dict[str, float]:
