@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.abandon_soak import IDLE_GAUGES, abandon_soak, dechunk, markdown
+from bench.abandon_soak import abandon_soak, dechunk, markdown
+from gateway.observability.metrics import IDLE_GAUGES
 
 
 def test_a_short_soak_abandons_requests_and_leaves_the_gateway_idle() -> None:
