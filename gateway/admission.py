@@ -40,6 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.auth import authenticate
 from gateway.errors import AuthenticationError, GatewayError, NoReplicaError, RateLimitError
 from gateway.faces.errors import ErrorRenderer
+from gateway.observability.refusals import log_refusal
 from gateway.observability.timeline import RequestRecord
 from gateway.ratelimit import Decision, openai_limit_headers
 from gateway.settings import AdmissionSettings, ShutdownSettings
@@ -327,6 +328,8 @@ class AdmissionMiddleware:
     async def _answer(
         self, error: GatewayError, scope: Scope, receive: Receive, send: Send
     ) -> None:
+        # Every refusal of admission's own passes here (the auth one does not pass _refuse).
+        log_refusal(scope, error)
         response = self.render_error(error, str(scope["state"].get("request_id", "")))
         await response(scope, receive, send)
 

@@ -7,8 +7,9 @@ counted), the client's stop strings, the output budget. One check for every face
 bounds cannot drift apart; a face only names the fields for its error (`Params`). The raw-JSON
 count check in gateway.faces.body stays in front of validation as its cheap early refusal.
 
-A face that lowers an oversized max_tokens to the ceiling instead of refusing it (Messages,
-Responses) does so while converting; what it sends on is checked here like any other.
+Every face lowers an oversized max_tokens to the ceiling instead of refusing it (`at_ceiling`:
+a client that asks for "as much as you can" gets the ceiling, the same on every face), while
+converting; what it sends on is still checked here like any other.
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ def check_bounds(core: CoreRequest, limits: LimitSettings, params: Params = DEFA
             f"{limits.max_tokens}.",
             param=params.max_tokens,
         )
+
+
+def at_ceiling(max_tokens: int | None, limits: LimitSettings) -> int | None:
+    """The client's output budget, lowered to `limits.max_tokens` (None stays None: the face's
+    default applies)."""
+    return None if max_tokens is None else min(max_tokens, limits.max_tokens)
 
 
 def allowed_expansion(sent_bytes: int, ratio: float, limits: LimitSettings) -> int:

@@ -1,6 +1,7 @@
 """A face's handler as a bare ASGI app (faces/registry.py mounts these): a GatewayError becomes
-the face's own error response, and a client that left while sending its body gets nothing,
-since nothing was started and nobody is left to answer."""
+the face's own error response, logged once (gateway.observability.refusals), and a client that
+left while sending its body gets nothing, since nothing was started and nobody is left to
+answer."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import ClientDisconnected, GatewayError
 from gateway.faces.errors import ErrorRenderer, openai_error
+from gateway.observability.refusals import log_refusal
 from gateway.state import AppState
 
 Handler = Callable[[AppState, Scope, Receive], Awaitable[Response]]
@@ -21,6 +23,7 @@ def face_endpoint(handler: Handler, render: ErrorRenderer = openai_error) -> ASG
         try:
             response = await handler(scope["app"].state.flashbox, scope, receive)
         except GatewayError as exc:
+            log_refusal(scope, exc)
             response = render(exc, str(scope["state"].get("request_id", "")))
         except ClientDisconnected:
             return

@@ -5,7 +5,9 @@ What each field becomes (the choices where GLM-5.3-Flash differs from Claude):
   configured prefix (Claude Code's per-conversation attribution block) are dropped, so the shared
   base prompt stays a shared prefix. `role: "system"` messages render where they stand.
 - user content: `tool_result` blocks -> `tool` messages (first, as Anthropic requires them
-  first), the other blocks -> one user message; `document` (text sources) and `search_result`
+  first; one whose `tool_use_id` names no `tool_use` the same, tied to no call: the rule of
+  every face, docs/architecture.md "Tool results without their call"), the other blocks -> one
+  user message; `document` (text sources) and `search_result`
   -> their text; images (base64 or url sources, also inside tool_result) go to the media stage
   (gateway.core.images places them where the template shows them).
 - assistant content: `thinking` blocks -> `reasoning_content`, restored exactly from a
@@ -17,8 +19,9 @@ What each field becomes (the choices where GLM-5.3-Flash differs from Claude):
   dropped); typed server tools (web_search, ...) are not the engine's to run: dropped, logged.
 - `thinking`: absent, "enabled" or "adaptive" -> the model reasons (GLM always can);
   "disabled" -> the prompt closes the reasoning block empty, so the answer starts at once.
-  `output_config.effort` -> the template's reasoning effort (low -> Low, medium/high -> High,
-  xhigh/max -> Max); `budget_tokens` has no GLM equivalent and is ignored.
+  `output_config.effort` -> the template's reasoning effort as on every face
+  (gateway.core.effort: low -> Low, medium/high -> High, xhigh/max -> Max); `budget_tokens`
+  has no GLM equivalent and is ignored.
 - `max_tokens` is lowered to the configured ceiling, never refused for being large.
 """
 
@@ -31,6 +34,7 @@ from typing import Any
 import orjson
 
 from gateway.core.bounds import allowed_expansion
+from gateway.core.effort import reasoning_mode
 from gateway.core.images import ImageSlots
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.request import CoreRequest, Sampling, SessionHints, ToolChoice
@@ -57,8 +61,6 @@ from gateway.settings import LimitSettings, Settings
 log = logging.getLogger("gateway.faces.anthropic")
 
 API = "anthropic"
-
-_EFFORT = {"low": "low", "medium": "high", "high": "high", "xhigh": "max", "max": "max"}
 
 
 class Headers:
@@ -368,8 +370,9 @@ def convert_tool_choice(request: MessagesRequest | CountTokensRequest) -> ToolCh
 
 def template_kwargs(request: MessagesRequest | CountTokensRequest) -> dict[str, Any]:
     config = request.output_config
-    effort = _EFFORT.get(config.effort or "") if config is not None else None
-    return {"reasoning_effort": effort} if effort else {}
+    # Anthropic's set has no "none" (thinking.type "disabled" turns reasoning off).
+    kwargs, _ = reasoning_mode(config.effort if config is not None else None)
+    return kwargs
 
 
 def thinking_on(request: MessagesRequest | CountTokensRequest) -> bool:

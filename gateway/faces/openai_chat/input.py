@@ -2,8 +2,11 @@
 (gateway.core.bounds, the same check for every face).
 
 Messages and tools stay the client's own dicts (the renderer's input); the pydantic model only
-proves their shape. Counts are checked on the raw JSON first, so an oversized conversation is
-refused before any validation work is spent on it (gateway.faces.body, shared by every face).
+proves their shape. A `tool` message whose `tool_call_id` names no call (or that has none) is
+rendered like the others, tied to no call: the rule of every face (docs/architecture.md, "Tool
+results without their call"). Counts are checked on the raw JSON first, so an oversized
+conversation is refused before any validation work is spent on it (gateway.faces.body, shared by
+every face).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from gateway.core.bounds import Params, check_bounds
+from gateway.core.bounds import at_ceiling, check_bounds
+from gateway.core.effort import reasoning_mode
 from gateway.core.images import ImageSlots
 from gateway.core.request import CoreRequest, Sampling, SessionHints
 from gateway.errors import (
@@ -58,22 +62,24 @@ def parse_chat(
         if parent_session and session_header
         else SessionHints(header=session_header)
     )
-    core = _core(request, raw, len(body), hints)
-    max_tokens = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
-    check_bounds(core, limits, Params(max_tokens=max_tokens))
+    core = _core(request, raw, len(body), hints, at_ceiling(request.requested_max_tokens, limits))
+    check_bounds(core, limits)
     return ChatInput(core, request.include_usage)
 
 
 def _core(
-    request: ChatCompletionRequest, raw: dict[str, Any], body_bytes: int, hints: SessionHints
+    request: ChatCompletionRequest,
+    raw: dict[str, Any],
+    body_bytes: int,
+    hints: SessionHints,
+    max_tokens: int | None,
 ) -> CoreRequest:
     extra = request.model_extra or {}
     session_body: dict[str, Any] = dict(extra)
     if request.user is not None:
         session_body["user"] = request.user
-    kwargs = dict(request.chat_template_kwargs or {})
-    if request.reasoning_effort is not None:
-        kwargs["reasoning_effort"] = request.reasoning_effort
+    effort, thinking = reasoning_mode(request.reasoning_effort)
+    kwargs = {**(request.chat_template_kwargs or {}), **effort}
     choice = request.tool_choice
     messages, images = _with_image_slots(raw["messages"])
     return CoreRequest(
@@ -84,7 +90,7 @@ def _core(
         tool_choice=choice if choice is None or isinstance(choice, str) else choice.model_dump(),
         template_kwargs=kwargs,
         sampling=Sampling(
-            max_tokens=request.requested_max_tokens,
+            max_tokens=max_tokens,
             temperature=request.temperature,
             top_p=request.top_p,
             top_k=request.top_k,
@@ -103,6 +109,7 @@ def _core(
         body_bytes=body_bytes,
         custom_params=extra.get("custom_params"),
         images=images,
+        thinking=thinking,
         # No max_tokens: as much as the context leaves, not the default past it (the real
         # engine refuses prompt + default_max_tokens beyond its context outright).
         clamp_max_tokens=request.requested_max_tokens is None,

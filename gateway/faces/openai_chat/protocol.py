@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.core.effort import OpenAIEffort
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
@@ -180,7 +182,8 @@ class ChatCompletionRequest(_Model):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     n: int = Field(default=1, ge=1)
     response_format: ResponseFormat | None = None
-    reasoning_effort: Literal["minimal", "low", "medium", "high", "max"] | None = None
+    # OpenAI's published set (gateway.core.effort), "none" included: reasoning off.
+    reasoning_effort: OpenAIEffort | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     user: StrictStr | None = None
 

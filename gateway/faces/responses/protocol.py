@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
+from gateway.core.effort import OpenAIEffort
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
@@ -19,7 +21,7 @@ class _Model(BaseModel):
 
 # OpenAI's values (the openai package's ReasoningEffort, Reasoning.summary and
 # ResponseIncludable types); "none" turns reasoning off.
-Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+Effort = OpenAIEffort  # one set for chat and Responses (gateway.core.effort says where from)
 Summary = Literal["auto", "concise", "detailed", "none"]
 Includable = Literal[
     "reasoning.encrypted_content",

@@ -96,22 +96,20 @@ async def test_messages_stop_sequences_are_bounded_as_chat_s_are(engine: FakeEng
         assert "17 > 16" in chat.json()["error"]["message"]
 
 
-async def test_max_tokens_refused_on_chat_lowered_on_messages_and_responses(
-    engine: FakeEngine,
-) -> None:
+async def test_max_tokens_lowered_to_the_ceiling_on_every_face(engine: FakeEngine) -> None:
+    """Chat's max_tokens and max_completion_tokens as Messages' max_tokens and Responses'
+    max_output_tokens: lowered to the ceiling (bounds.at_ceiling), never refused for it."""
     async with gateway_client(engine, limits={"max_tokens": 64}) as client:
         for field in ("max_tokens", "max_completion_tokens"):
-            refused = await client.post("/v1/chat/completions", json=chat_body(**{field: 65}))
-            assert refused.status_code == 400
-            assert refused.json()["error"]["param"] == field
-        # The Messages and Responses faces lower it to the ceiling (as documented), which the
-        # bound then checks like any other value.
+            chat = await client.post("/v1/chat/completions", json=chat_body(**{field: 65}))
+            assert chat.status_code == 200, chat.text
+            assert engine.generates[-1]["sampling_params"]["max_new_tokens"] == 64
         messages = {"model": MODEL, "max_tokens": 100_000, "messages": HELLO}
         assert (await client.post("/v1/messages", json=messages)).status_code == 200
-        assert engine.generates[-1]["sampling_params"]["max_new_tokens"] <= 64
+        assert engine.generates[-1]["sampling_params"]["max_new_tokens"] == 64
         responses = {"model": MODEL, "input": "hi", "max_output_tokens": 100_000}
         assert (await client.post("/v1/responses", json=responses)).status_code == 200
-        assert engine.generates[-1]["sampling_params"]["max_new_tokens"] <= 64
+        assert engine.generates[-1]["sampling_params"]["max_new_tokens"] == 64
 
 
 async def test_responses_history_from_previous_response_id_counts(engine: FakeEngine) -> None:
