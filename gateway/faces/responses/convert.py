@@ -7,14 +7,19 @@ What each becomes (the choices where GLM-5.3-Flash differs from OpenAI's models)
   `custom_tool_call` items between other items -> one assistant message; a `reasoning` item's
   `encrypted_content` of ours restores the exact reasoning (else its `content` text, else its
   summary text); `function_call_output` / `custom_tool_call_output` -> tool messages.
+- an output that answers a call the conversation does not show (no `call_id`, as Codex sends
+  its goal tool's output after compaction, or a `call_id` no call has) is a tool message all
+  the same, with its `call_id` when it has one: the rule of every face (docs/architecture.md,
+  "Tool results without their call"), never a 400.
+- `item_reference` items are resolved from the store by the route before they get here.
 - `web_search_call` and other hosted-tool history items are left out (logged): the engine runs
   no such tools, and their results are in the messages that follow.
 - tools: `function` as is; `namespace` groups flattened to unique function names for the model
   (`ToolNames` restores `{namespace, name}` on output and accepts either form back); `custom`
   tools -> a function with one string argument `input` (its grammar in the description);
   kinds the engine cannot serve (web_search, ...) dropped with a log line.
-- `reasoning.effort` -> the template's effort (minimal/low -> Low, medium/high -> High,
-  xhigh -> Max; "none" turns reasoning off).
+- `reasoning.effort` -> the template's effort as on every face (gateway.core.effort:
+  minimal/low -> Low, medium/high -> High, xhigh/max -> Max; "none" turns reasoning off).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from gateway.core.effort import reasoning_mode
 from gateway.core.images import ImageSlots
 from gateway.core.reasoning_codec import ReasoningCodec
 from gateway.core.request import ToolChoice
@@ -32,7 +38,6 @@ from gateway.errors import InvalidRequestError
 
 log = logging.getLogger("gateway.faces.responses")
 
-_EFFORT = {"minimal": "low", "low": "low", "medium": "high", "high": "high", "xhigh": "max"}
 _CUSTOM_ARGUMENT = "input"
 # History items of hosted tools the engine cannot run (their tools are dropped the same way).
 _SERVER_TOOL_ITEMS = frozenset(
@@ -164,11 +169,8 @@ def convert_tool_choice(choice: str | dict[str, Any] | None, names: ToolNames) -
 
 
 def effort(reasoning_effort: str | None) -> tuple[dict[str, Any], bool]:
-    """(template kwargs, reasoning on)."""
-    if reasoning_effort == "none":
-        return {}, False
-    mapped = _EFFORT.get(reasoning_effort or "")
-    return ({"reasoning_effort": mapped} if mapped else {}), True
+    """(template kwargs, reasoning on): the one mapping every face uses."""
+    return reasoning_mode(reasoning_effort)
 
 
 def _text_of(content: Any, where: str, images: ImageSlots) -> Any:
@@ -241,16 +243,20 @@ class _Converter:
         elif kind in ("function_call_output", "custom_tool_call_output"):
             self._turn = None
             call_id = item.get("call_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise _bad(where, f"a {kind} item needs its call_id.")
+            if call_id is not None and not isinstance(call_id, str):
+                raise _bad(f"{where}.call_id", "a call_id must be a string.")
             content = _text_of(item.get("output"), f"{where}.output", self.images)
-            self.out.append({"role": "tool", "tool_call_id": call_id, "content": content})
+            tool: dict[str, Any] = {"role": "tool", "content": content}
+            if call_id:  # none: an output tied to no call (the module's docstring)
+                tool["tool_call_id"] = call_id
+            self.out.append(tool)
         elif kind in _SERVER_TOOL_ITEMS:
             # The record of a tool the engine cannot run (its tools are dropped too), from a
             # history that began elsewhere: its results are in the messages that follow.
             log.info("%s: a %s item is left out of the prompt", where, kind)
         elif kind == "item_reference":
-            raise _bad(where, "item references need a stored conversation: send the items.")
+            # The route resolves them from the store (route._referenced) before conversion.
+            raise _bad(where, f"the item_reference {item.get('id')!r} was not resolved.")
         else:
             raise _bad(where, f"input items of type {kind!r} are not supported here.")
 

@@ -95,6 +95,76 @@ async def _history(
     return list(stored.conversation), stored.size
 
 
+def _response_of(item_id: str) -> str | None:
+    """The response that made an output item of ours: ItemWriter names items
+    `{prefix}_{rid}_{index}` and the response is `resp_{rid}`; None for any other id."""
+    _, sep, rest = item_id.partition("_")
+    rid, sep2, index = rest.rpartition("_")
+    if not sep or not sep2 or not rid or not index.isdigit():
+        return None
+    return f"resp_{rid}"
+
+
+async def _referenced(
+    state: AppState, items: str | list[Any], history: list[Any], caller: Caller = ANONYMOUS
+) -> tuple[str | list[Any], int]:
+    """The input with each `item_reference` replaced by the item it names, and the bytes those
+    items add. An item is looked for in the previous_response_id's conversation, then in the
+    stored response whose output it is (its id names it), the caller's key's only, as GET finds
+    them; the conversations read are searched for the later references too, and the latest
+    reference is resolved first, because a response's stored conversation holds the items its
+    own input referenced: one read usually resolves a whole replayed history. The item comes
+    back as stored, its reasoning as the exact text the model wrote (the stored `content`, so
+    the prompt still extends the one that made it); its `encrypted_content` is left behind, as
+    the text it would restore is already there."""
+    if isinstance(items, str) or not any(
+        isinstance(item, dict) and item.get("type") == "item_reference" for item in items
+    ):
+        return items, 0
+    known: dict[str, Any] = {}
+
+    def learn(conversation: list[Any]) -> None:
+        for item in conversation:
+            if isinstance(item, dict) and item.get("type") != "item_reference":
+                item_id = item.get("id")
+                if isinstance(item_id, str) and item_id:
+                    known.setdefault(item_id, item)
+
+    learn(history)
+    read: set[str] = set()
+    out = list(items)
+    added = 0
+    for index in range(len(out) - 1, -1, -1):
+        item = out[index]
+        if not (isinstance(item, dict) and item.get("type") == "item_reference"):
+            continue
+        where = f"input.{index}.id"
+        item_id = item.get("id")
+        if not isinstance(item_id, str) or not item_id:
+            raise InvalidRequestError(
+                f"{where}: an item_reference needs the id of a stored item.", param=where
+            )
+        found = known.get(item_id)
+        response_id = _response_of(item_id) if found is None else None
+        if response_id is not None and response_id not in read:
+            read.add(response_id)
+            stored = await state.responses.get(response_id, caller.key_id)
+            if stored is not None:
+                learn(stored.conversation)
+                found = known.get(item_id)
+        if found is None:
+            raise InvalidRequestError(
+                f"{where}: no stored item with id '{item_id}': its response was never stored "
+                "here (store: false), was deleted, or was evicted from the bounded store "
+                "(responses.store_* settings); send the item itself instead.",
+                param=where,
+            )
+        resolved = {key: value for key, value in found.items() if key != "encrypted_content"}
+        out[index] = resolved
+        added += len(orjson.dumps(resolved))
+    return out, added
+
+
 def _echo(request: ResponsesRequest, raw: dict[str, Any]) -> dict[str, Any]:
     echo = {key: raw.get(key) for key in _ECHO}
     echo["tools"] = raw.get("tools") or []
@@ -114,10 +184,11 @@ async def _respond(state: AppState, scope: Scope, receive: Receive) -> Response:
         caller = authenticate(scope, state.auth)  # admission's decision (gateway.auth)
         request, raw, size = await _parsed(state, headers, receive)
         history, history_bytes = await _history(state, request, caller)
+        items, referenced_bytes = await _referenced(state, request.input, history, caller)
         # Bound to the request's key, for its input and its answer (gateway.faces.reasoning).
-        sent = size + history_bytes
+        sent = size + history_bytes + referenced_bytes
         codec = request_codec(state, scope, sent)
-        core, names, conversation = _core(state, request, raw, sent, headers, history, codec)
+        core, names, conversation = _core(state, request, raw, sent, headers, history, codec, items)
         # Any model name is served by the served model, echoed back in the answer.
         model = settings.model.served_names[0]
         record = state.admit(model, scope_state["arrival"], API)
@@ -167,12 +238,15 @@ def _core(
     headers: dict[bytes, str],
     history: list[Any],
     codec: ReasoningCodec | None = None,
+    items: str | list[Any] | None = None,
 ) -> tuple[CoreRequest, Any, list[Any]]:
-    """`sent`: the bytes the request brought, its stored history included (the stored entry's
-    size: sent before, by the same key);
-    `codec`: the request's own (gateway.faces.reasoning); None: the app's, unbound."""
+    """`sent`: the bytes the request brought, its stored history and referenced items included
+    (sent before, by the same key);
+    `codec`: the request's own (gateway.faces.reasoning); None: the app's, unbound;
+    `items`: the input with its item references resolved (`_referenced`); None: as sent."""
     tools, names = convert_tools(request.tools)
-    items = request.input
+    if items is None:
+        items = request.input
     current = [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
     conversation = [*history, *current]
     images = ImageSlots()
@@ -268,10 +342,12 @@ async def _parsed(
 async def _input_tokens(state: AppState, scope: Scope, receive: Receive) -> Response:
     headers = read_headers(scope["headers"], _WANTED)
     request, raw, size = await _parsed(state, headers, receive)
-    history, history_bytes = await _history(state, request, authenticate(scope, state.auth))
-    sent = size + history_bytes
+    caller = authenticate(scope, state.auth)
+    history, history_bytes = await _history(state, request, caller)
+    items, referenced_bytes = await _referenced(state, request.input, history, caller)
+    sent = size + history_bytes + referenced_bytes
     codec = request_codec(state, scope, sent)
-    core, _, _ = _core(state, request, raw, sent, headers, history, codec)
+    core, _, _ = _core(state, request, raw, sent, headers, history, codec, items)
     count = await count_prompt_tokens(state, core)
     return Response(
         orjson.dumps({"object": "response.input_tokens", "input_tokens": count}),

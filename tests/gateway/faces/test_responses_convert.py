@@ -110,7 +110,8 @@ def core_of(
     found = {k.encode(): v for k, v in (headers or {}).items()}
     fake = state(saved)
     history, _ = asyncio.run(route._history(fake, request))
-    core, _, _ = route._core(fake, request, raw, 100, found, history)
+    items, _ = asyncio.run(route._referenced(fake, request.input, history))
+    core, _, _ = route._core(fake, request, raw, 100, found, history, items=items)
     return core
 
 
@@ -187,6 +188,15 @@ def test_assistant_output_text_and_refusals_join() -> None:
     assert out[1] == {"role": "assistant", "content": "ab"}
 
 
+def test_an_output_without_a_call_id_is_a_tool_message_tied_to_no_call() -> None:
+    # Codex's goal tool output after compaction (docs/architecture.md, "Tool results without
+    # their call").
+    orphan = {"type": "function_call_output", "id": "fco_1", "name": "goal", "output": "g"}
+    custom = {"type": "custom_tool_call_output", "call_id": "", "output": "c"}
+    out = messages_of(input=[message("user", "q"), orphan, custom])
+    assert out[1:] == [{"role": "tool", "content": "g"}, {"role": "tool", "content": "c"}]
+
+
 def test_an_empty_input_list_is_a_400() -> None:
     error = refused(input=[])
     assert error.param == "input"
@@ -203,9 +213,13 @@ def test_an_empty_input_list_is_a_400() -> None:
             "input_video",
         ),
         ({"type": "future_item", "x": 1}, "input.1", "future_item"),
-        ({"type": "item_reference", "id": "msg_1"}, "input.1", "send the items"),
+        ({"type": "item_reference", "id": "msg_1"}, "input.1.id", "msg_1"),
         ({"content": "no type, no role"}, "input.1", "None"),
-        ({"type": "function_call_output", "output": "x"}, "input.1", "call_id"),
+        (
+            {"type": "function_call_output", "call_id": 5, "output": "x"},
+            "input.1.call_id",
+            "string",
+        ),
         ({"type": "function_call", "call_id": "c", "arguments": "{}"}, "input.1", "name"),
     ],
     ids=[
@@ -215,7 +229,7 @@ def test_an_empty_input_list_is_a_400() -> None:
         "unknown-item",
         "item-reference",
         "no-type",
-        "output-without-call-id",
+        "call-id-not-a-string",
         "call-without-name",
     ],
 )
