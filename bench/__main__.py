@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -42,7 +43,14 @@ SUITES: dict[str, str] = {
 def _run_all(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench all")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
-    parser.add_argument("--only", nargs="*", default=None, help="suite names to run")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        choices=list(SUITES),
+        metavar="SUITE",
+        help="suite names to run (default: all)",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     sections = [f"# flashbox benchmark report\n\n{time.strftime('%Y-%m-%d %H:%M %Z')}\n"]
@@ -64,10 +72,25 @@ def _run_all(argv: list[str]) -> int:
     return 0
 
 
+def _usage() -> str:
+    suites = textwrap.fill(
+        ", ".join(SUITES), 88, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False
+    )
+    return (
+        "usage: python -m bench SUITE [args]\n\n"
+        "  all      every suite's CPU report into --out DIR (make bench)\n"
+        f"{suites}\n\n"
+        "`python -m bench SUITE --help` gives a suite's flags.\n"
+    )
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] in {"-h", "--help"}:
-        print("usage: python -m bench {all," + ",".join(SUITES) + "} [args]")
+    if argv and argv[0] in {"-h", "--help"}:
+        print(_usage(), end="")
         return 0
+    if not argv:
+        print(_usage() + "\npython -m bench: error: name a suite", file=sys.stderr)
+        return 2
     suite, rest = argv[0], argv[1:]
     if suite == "all":
         return _run_all(rest)

@@ -1,4 +1,5 @@
-"""`python -m gateway`: serve the gateway with uvicorn (settings: gateway.settings).
+"""`python -m gateway [--config FILE] [--host HOST] [--port PORT]`: serve the gateway with
+uvicorn (settings: gateway.settings; `--help` lists the environment variables).
 
 SIGTERM/SIGINT: uvicorn stops accepting connections; the admission controller refuses what
 waits, gives in-flight requests `shutdown.grace_s`, then aborts the rest on the engine; the
@@ -7,22 +8,28 @@ process exits 0 once every response has ended.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import logging
+import os
 import resource
 import signal
 import socket
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 
 import uvicorn
+from pydantic import BaseModel
 
 from gateway.admission import AdmissionController
 from gateway.app import create_app
 from gateway.connection import ConnectionBounds, protocol_class
 from gateway.faces.registry import error_body
 from gateway.observability.logging import configure_logging, uvicorn_log_config
-from gateway.settings import Settings, load_settings
+from gateway.settings import DEFAULT_CONFIG, Settings, load_settings
 
 log = logging.getLogger("gateway")
 
@@ -78,8 +85,71 @@ def _raise_open_files_limit(settings: Settings) -> None:
         )
 
 
-def main() -> None:
-    settings = load_settings()
+def _environment_help() -> str:
+    sections = ", ".join(
+        name
+        for name, field in Settings.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    )
+    return (
+        "Settings come from, highest first: these flags, the environment, the config file\n"
+        f"(default {DEFAULT_CONFIG.relative_to(DEFAULT_CONFIG.parents[1])}), the defaults.\n"
+        "\n"
+        "environment:\n"
+        "  FLASHBOX_CONFIG       the config file (as --config)\n"
+        "  FLASHBOX_ENGINES      engine base URLs, comma-separated\n"
+        "  FLASHBOX_HOST         listen address (default 0.0.0.0)\n"
+        "  FLASHBOX_PORT         listen port (default 8080)\n"
+        "  FLASHBOX_API_KEYS     accepted keys, comma-separated (unset: no auth)\n"
+        "  FLASHBOX_STATE_URL    redis:// URL of the state a fleet of gateways shares\n"
+        "  FLASHBOX_<SECTION>__<FIELD>  any other setting, e.g. FLASHBOX_LIMITS__MAX_TOKENS\n"
+        f"{textwrap.fill(sections, 88, initial_indent='  sections: ', subsequent_indent='    ')}\n"
+        "\n"
+        "Every field, with its bound and why: gateway/settings.py."
+    )
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (1-65535)")
+    return port
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway",
+        description="Serve the flashbox gateway's OpenAI and Anthropic APIs over the engines.",
+        epilog=_environment_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", type=Path, help="settings YAML (overrides FLASHBOX_CONFIG)")
+    parser.add_argument("--host", help="listen address (overrides FLASHBOX_HOST)")
+    parser.add_argument("--port", type=_port, help="listen port (overrides FLASHBOX_PORT)")
+    return parser
+
+
+def _settings(argv: Sequence[str] | None) -> Settings:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.config is not None:
+        if not args.config.is_file():
+            parser.error(f"--config {args.config} is not a file")
+        # Settings find their file through this variable (gateway.settings).
+        os.environ["FLASHBOX_CONFIG"] = str(args.config)
+    flags = {name: value for name in ("host", "port") if (value := getattr(args, name)) is not None}
+    try:
+        return load_settings(**flags)
+    except (ValueError, OSError) as exc:
+        # pydantic's ValidationError is a ValueError and names each bad field and its source.
+        parser.exit(2, f"{parser.prog}: invalid settings: {exc}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    settings = _settings(argv)
     configure_logging(
         settings.observability.log_level,
         [*settings.api_keys, *settings.routing.admin_api_keys],
