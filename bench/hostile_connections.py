@@ -121,14 +121,15 @@ def stream_headers(proc: Proc, total: int, hold_s: float) -> StreamResult:
                 break
             sent += len(block)
         status = read_status(sock, hold_s)
-        cut = cut or status != 0 or _closed(sock)
+        cut = cut or status != 0 or closed_by_peer(sock, 0.01)
         return StreamResult(sent, cut, status)
     finally:
         sock.close()
 
 
-def _closed(sock: socket.socket) -> bool:
-    sock.settimeout(0.01)
+def closed_by_peer(sock: socket.socket, timeout: float) -> bool:
+    """Whether the gateway closed `sock` (waiting up to `timeout` for it to say so)."""
+    sock.settimeout(timeout)
     try:
         return sock.recv(1) == b""
     except TimeoutError:

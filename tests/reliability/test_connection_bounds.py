@@ -18,6 +18,7 @@ import httpx
 import orjson
 import pytest
 
+from bench.hostile_connections import closed_by_peer
 from tests.reliability.conftest import chat_body, gateway_env
 from tests.support.procs import Proc, start_gateway
 
@@ -76,16 +77,6 @@ def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
                 break
             body += chunk
     return int(lines[0].split(" ")[1]), headers, body
-
-
-def closed_by_peer(sock: socket.socket, timeout: float) -> bool:
-    sock.settimeout(timeout)
-    try:
-        return sock.recv(1) == b""
-    except TimeoutError:
-        return False
-    except OSError:
-        return True
 
 
 def openai_error(body: bytes) -> str:
