@@ -61,7 +61,9 @@ log = logging.getLogger("gateway.routing.affinity")
 # counted when the store's answer shows it (instead of its hit or verified_miss); "restarted": a
 # pinned turn whose prompt no longer extends the lineage's last one (the client rewrote the
 # conversation under the same root: Codex's compaction keeps the head and the first user
-# message and replaces what follows with a summary), counted when it ends, never verified.
+# message and replaces what follows with a summary; or re-sent it from an earlier point: a
+# retry of turn 2 after turn 3), counted when it ends, never verified. The same prompt sent
+# again extends the last one by nothing: verified against its own checkpoint (`_promise`).
 OUTCOMES = (
     "hit",
     "verified_miss",
@@ -126,6 +128,10 @@ class AffinityPicker:
         # Whether a replica restored a head's checkpoint (a verified head_hit): the engine
         # saves heads (the stock one ignores the field), so warming one is worth a prefill.
         self.heads_restored = False
+        # Whether a head warmer will prefill the head where it is missing (gateway.routing.warm
+        # sets it: the head was offered to it): a holder past its share may then take a new
+        # session meanwhile, as the warms will spread the head (`_new_target`).
+        self.warms: Callable[[str], bool] = lambda head: False
         self._pending: dict[str, _Pending] = {}
         # Request id -> the replica of every pick not yet reported or forgotten (`pending`).
         # Bounded by the requests in flight: the request path reports or forgets each pick.
@@ -223,9 +229,19 @@ class AffinityPicker:
         """What a pinned turn's verification expects of the engine, from the pin as known."""
         interval = capacity.track_interval(replica, self._settings)
         if _rewritten(ctx.prompt, pin):
-            log.info("restart: %s lineage %s no longer extends its last prompt", pin.kind, key[:12])
+            log.info(
+                "restart: %s lineage %s no longer extends its last prompt (%d characters, "
+                "the last %d)",
+                pin.kind,
+                key[:12],
+                len(ctx.prompt),
+                pin.prompt_chars,
+            )
             return _Pending(key, "restarted", 0, pin.kind)
-        expected = pin.last_prompt_tokens // interval * interval
+        # The engine computes at least a prompt's last token: the same prompt again restores
+        # its checkpoint below that token, an interval short of its length when aligned.
+        last = pin.last_prompt_tokens - (1 if _repeats(ctx.prompt, pin) else 0)
+        expected = max(0, last) // interval * interval
         carried = pin.sequence_tokens if _carries_output(ctx.prompt, pin) else 0
         output = carried // interval * interval
         reset = _adds_image(pin.images, ctx.images)
@@ -350,16 +366,23 @@ class AffinityPicker:
             return cold, "new", 0
         order = ranked(key, usable)
         holders = [r for r in order if r.name in held and self._fits(r, usable, kind, extra=1)]
-        if not holders:
-            return cold, "new", 0
         # The one whose queue ends first: a head hit behind another session's cold prefill
         # waits as long as the prefill it saves, and one with every running slot taken waits
         # for a slot.
-        best = min(holders, key=lambda r: r.prefill_s + capacity.wait_s(r, self._settings))
-        if not self._idle_now(best):
-            # Every holder within its share is busy: one that idles goes first whatever
-            # its share, if its budget has room. The share keeps a burst of cold first turns
-            # from queueing on the replica the hash favours; a replica with nothing queued is
+        best = min(
+            holders, key=lambda r: r.prefill_s + capacity.wait_s(r, self._settings), default=None
+        )
+        # None within its share: the head is on one replica until it is warmed elsewhere, and
+        # from the fourth session on that one holds the second, the third and the head itself,
+        # past its share. Without warming, a cold session elsewhere saves the head there too;
+        # while warms will spread it (a head the engine was seen to restore), the fourth
+        # session went cold during the warms instead of restoring the head where it is.
+        spreading = self.heads_restored and self.warms(ctx.head)
+        if (best is None and spreading) or (best is not None and not self._idle_now(best)):
+            # Every holder within its share is busy (or none is within it, above): one that
+            # idles goes first whatever its share, if its budget has room. The share keeps a
+            # burst of cold first turns from queueing on the replica the hash favours; a
+            # replica with nothing queued is
             # the opposite case, and a head restore behind a forward in progress waits that
             # whole forward (the shape benchmark found idle holders skipped this way while the
             # others had 10-30 s queued and every running slot taken).
@@ -369,6 +392,8 @@ class AffinityPicker:
             )
             if idle is not None:
                 best = idle
+        if best is None:
+            return cold, "new", 0
         interval = capacity.track_interval(best, self._settings)
         expected = ctx.head_tokens // interval * interval
         if not expected:
@@ -785,9 +810,11 @@ def _note_output(pin: Pin, prompt: str, prompt_tokens: int, output: TurnOutput |
 # How much of the last prompt's end `_rewritten` compares: the tail before its last
 # _REWRITE_MARGIN characters (a client that drops the last generation prompt's reasoning opener
 # still extends what the checkpoint holds, which ends a track interval earlier), _REWRITE_WINDOW
-# long, so the check costs the same at any prompt length.
+# long, so the check costs the same at any prompt length. The margin itself is digested apart:
+# a prompt of the same length is the same prompt only when it matches there too.
 _REWRITE_MARGIN = 256
 _REWRITE_WINDOW = 4096
+_DIGEST = 16  # bytes of each digest in Pin.prompt_tail: the window's, then the margin's
 
 
 def _prompt_tail(prompt: str, end: int) -> bytes:
@@ -795,19 +822,39 @@ def _prompt_tail(prompt: str, end: int) -> bytes:
     return _output_digest(prompt[max(0, stop - _REWRITE_WINDOW) : stop])
 
 
+def _prompt_end(prompt: str, end: int) -> bytes:
+    return _output_digest(prompt[max(0, end - _REWRITE_MARGIN) : end])
+
+
 def _note_prompt(pin: Pin, prompt: str) -> None:
     pin.prompt_chars = len(prompt)
-    pin.prompt_tail = _prompt_tail(prompt, len(prompt))
+    pin.prompt_tail = _prompt_tail(prompt, len(prompt)) + _prompt_end(prompt, len(prompt))
 
 
 def _rewritten(prompt: str, pin: Pin) -> bool:
     """Whether `prompt` no longer extends the pin's last prompt (seen by this gateway): shorter
-    than it, or different in the tail the check compares."""
+    than it (the conversation re-sent from an earlier point: a client's retry), as long but not
+    the same, or different in the tail the check compares. An identical prompt extends it by
+    nothing (`_repeats`)."""
+    if not pin.prompt_chars:
+        return False
+    if len(prompt) < pin.prompt_chars:
+        return True
+    if len(prompt) == pin.prompt_chars:
+        return not _repeats(prompt, pin)
     if pin.prompt_chars <= _REWRITE_MARGIN:
         return False
-    if len(prompt) < pin.prompt_chars - _REWRITE_MARGIN:
-        return True
-    return _prompt_tail(prompt, pin.prompt_chars) != pin.prompt_tail
+    return _prompt_tail(prompt, pin.prompt_chars) != pin.prompt_tail[:_DIGEST]
+
+
+def _repeats(prompt: str, pin: Pin) -> bool:
+    """Whether `prompt` is the pin's last prompt again (an SDK that sends the same messages
+    twice, or a retry of the last turn)."""
+    end = len(prompt)
+    return (
+        end == pin.prompt_chars
+        and _prompt_tail(prompt, end) + _prompt_end(prompt, end) == pin.prompt_tail
+    )
 
 
 def _carries_output(prompt: str, pin: Pin) -> bool:

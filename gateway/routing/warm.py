@@ -56,7 +56,10 @@ def warm_body(text: str, tokens: int) -> dict[str, Any]:
 
 
 class HeadHolders(Protocol):
-    """What the warmer asks of routing (gateway.routing.affinity.AffinityPicker)."""
+    """What the warmer asks of routing (gateway.routing.affinity.AffinityPicker), and tells
+    it: `warms`, whether a head will be warmed where it is missing."""
+
+    warms: Callable[[str], bool]
 
     def warm_targets(self, head: str) -> list[Replica]: ...
 
@@ -94,6 +97,12 @@ class HeadWarmer:
         self._elsewhere: dict[tuple[str, str], float] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        holders.warms = self.warms
+
+    def warms(self, head: str) -> bool:
+        """Whether the head will be prefilled where it is missing (it was offered and is
+        kept): routing lets its one holder take new sessions past its share meanwhile."""
+        return self.enabled and head in self._heads
 
     @property
     def enabled(self) -> bool:
