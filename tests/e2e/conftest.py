@@ -107,7 +107,15 @@ def engine_gateway_env(engine: Engine, **extra: str) -> dict[str, str]:
     the simulator (the real engine would ignore them, but the suites assert that nothing the
     gateway sends is a field the engine does not know)."""
     forward = "true" if engine.is_sim else "false"
-    return {**GATEWAY_ENV, "FLASHBOX_UPSTREAM__FORWARD_CUSTOM_PARAMS": forward, **extra}
+    return {
+        **GATEWAY_ENV,
+        "FLASHBOX_UPSTREAM__FORWARD_CUSTOM_PARAMS": forward,
+        # The gateway's own ceiling on max_tokens above any engine's context (the simulator's
+        # is 1M), so an output past the context reaches the engine and is its refusal to test
+        # (under the default ceiling chat lowers it, as the other faces do).
+        "FLASHBOX_LIMITS__MAX_TOKENS": str(4 * 1024 * 1024),
+        **extra,
+    }
 
 
 @pytest.fixture(scope="session", params=selected_kinds())
