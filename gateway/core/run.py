@@ -383,7 +383,8 @@ class Run:
         self._replica = None
         self._upstream_sent = False
         replica.in_flight -= 1
-        self._state.metrics.replica_in_flight.labels(replica=replica.name).dec()
+        metrics = self._state.metrics
+        metrics.child(metrics.replica_in_flight, replica.name).dec()
         if self._slot is not None:
             self._state.slots.release(self._slot)
             self._slot = None
@@ -415,7 +416,8 @@ class Run:
             self._state.abort_upstream(self._replica, self._rid, phase)
         if self._relay is not None:
             self._relay.settle()
-            await self._relay.aclose()
+        # What the request opened on the engine is closed by its owner (`aclose`), which runs
+        # next on every path: not by hand here.
         self._record.finish(499)
 
     async def aclose(self) -> None:
@@ -436,12 +438,7 @@ class Run:
         replica, ctx = self._replica, self._ctx
         if replica is None or ctx is None:
             return
-        self._prefilled()
-        replica.in_flight -= 1
-        metrics = self._state.metrics
-        metrics.child(metrics.replica_in_flight, replica.name).dec()
-        if self._slot is not None:
-            self._state.slots.release(self._slot)
+        self._untake(replica)  # its prefill, in-flight count and running slot
         record, relay = self._record, self._relay
         outcome = self._outcome
         if relay is not None and relay.failed:
