@@ -36,10 +36,12 @@ test-full: $(STAMP) debs ## the long suites too (15,000 template cases, soak-siz
 	$(PY) -m pytest -q -m '' $(PYTEST_ARGS)
 
 # Long sessions of the real Claude Code, Codex and opencode CLIs through the gateway over the
-# scripted simulator (each CLI installed from npm once into .cache/agent-cli; skipped without
-# npm). CI runs it after `make test`; `make test-full` includes it.
-test-cli: $(STAMP) ## long sessions of the real agent CLIs through the gateway (compaction, resume, subagents, tool search)
-	$(PY) -m pytest -q -m slow tests/e2e/test_cli_sessions.py $(PYTEST_ARGS)
+# scripted simulator, then the client matrix: the other popular agents and SDKs, each with a
+# plain turn, a tool round trip and a second turn (each installed once from npm or PyPI into
+# .cache/; skipped without the registry). CI runs it after `make test`; `make test-full`
+# includes it.
+test-cli: $(STAMP) ## the real agent CLIs and SDKs through the gateway (long sessions; the client matrix)
+	$(PY) -m pytest -q -m slow tests/e2e/test_cli_sessions.py tests/e2e/test_client_matrix.py $(PYTEST_ARGS)
 
 # The images built and the compose stack run in Docker: Debian's docker.io and debootstrap
 # (installed when missing), a daemon started when none answers, local stand-ins for the images

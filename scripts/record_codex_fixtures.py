@@ -107,7 +107,8 @@ def _synth_item(item: dict[str, Any]) -> dict[str, Any]:
     if isinstance(item.get("id"), str):
         item["id"] = synth_uuids(item["id"])
     kind = item.get("type")
-    if kind == "message":
+    # An item with a role and no type is a message too (the SDKs' short form).
+    if kind == "message" or (kind is None and "role" in item):
         item["content"] = _synth_parts(item["content"])
     elif kind == "reasoning":
         for key in ("summary", "content"):
@@ -119,6 +120,8 @@ def _synth_item(item: dict[str, Any]) -> dict[str, Any]:
         item["input"] = synth_text(item["input"])
     elif kind in ("function_call_output", "custom_tool_call_output"):
         item["output"] = _synth_parts(item["output"])
+    elif kind == "item_reference":
+        pass  # an id only: rewritten above
     else:
         raise SystemExit(f"no rule to sanitize an input item of type {kind!r}; add one")
     return item

@@ -10,23 +10,17 @@ conversation after a compaction a new or restarted lineage, never a miss.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from tests.e2e.conftest import sim_and_gateway
-from tests.support.metrics import affinity_outcomes
 from tests.support.procs import Proc
+from tests.support.replay import load_records, replay
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sessions"
 KEY = "replay-key-0123456789abcdef"
-CREDENTIALS = ("authorization", "x-api-key")
-# Headers that describe the recorded connection, not the request.
-_CONNECTION = ("host", "content-length", "accept-encoding", "connection")
 
 
 @pytest.fixture(scope="module")
@@ -35,37 +29,12 @@ def stack() -> Iterator[tuple[Proc, Proc]]:
     yield from sim_and_gateway("--reasoning-tokens", "8", "--content-tokens", "16", env=env)
 
 
-def _records(client: str) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((FIXTURES / client).glob("*.json"))]
-
-
-def _replay(gateway: Proc, client: str) -> tuple[list[str], dict[tuple[str, str], float]]:
-    before = affinity_outcomes(gateway.url)
-    failures = []
-    with httpx.Client(base_url=gateway.url, timeout=60) as http:
-        for n, record in enumerate(_records(client), 1):
-            headers = {
-                k: v
-                for k, v in record["headers"].items()
-                if k not in CREDENTIALS and k not in _CONNECTION
-            }
-            headers["authorization"] = f"Bearer {KEY}"
-            headers["x-api-key"] = KEY
-            response = http.request(
-                record["method"], record["path"], headers=headers, json=record["body"]
-            )
-            if not 200 <= response.status_code < 300:
-                failures.append(f"{n:03d} {record['path']}: {response.status_code} {response.text}")
-    after = affinity_outcomes(gateway.url)
-    return failures, {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k)}
-
-
 @pytest.mark.parametrize("client", ["claude-code", "codex", "opencode"])
 def test_a_recorded_long_session_is_served_and_keeps_its_checkpoints(
     stack: tuple[Proc, Proc], client: str
 ) -> None:
     _, gateway = stack
-    failures, outcomes = _replay(gateway, client)
+    failures, outcomes = replay(gateway.url, load_records(FIXTURES / client), KEY)
     assert failures == []
     misses = {k: v for k, v in outcomes.items() if k[0] in ("verified_miss", "head_miss")}
     assert misses == {}, outcomes

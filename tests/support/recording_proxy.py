@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +30,9 @@ _HOP_HEADERS = frozenset(
     {"host", "content-length", "connection", "transfer-encoding", "keep-alive", "accept-encoding"}
 )
 MAX_ERROR_BYTES = 64 * 1024
+# A Responses answer names its response first: the JSON's `id`, or the `response.created` event.
+RESPONSE_ID = re.compile(rb'"id"\s*:\s*"(resp_[A-Za-z0-9]+)"')
+ID_BYTES = 8 * 1024
 
 
 @dataclass
@@ -39,15 +44,21 @@ class Exchange:
     received_at: float
     status: int = 0
     error: str | None = None  # the body of a non-2xx answer
+    # The id of the response a 2xx Responses answer made (`resp_...`): a later request's
+    # `item_reference`s and `previous_response_id` name it, so a replay maps it to its own.
+    response_id: str | None = None
 
     def record(self) -> dict[str, Any]:
-        return {
+        record = {
             "method": self.method,
             "path": self.path,
             "headers": self.headers,
             "body": self.body,
             "received_at": self.received_at,
         }
+        if self.response_id is not None:
+            record["response_id"] = self.response_id
+        return record
 
 
 @dataclass
@@ -109,10 +120,18 @@ def _handler(proxy: RecordingProxy, client: httpx.Client) -> type[BaseHTTPReques
                         self.send_header(name, value)
                 self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
-                kept = b""
+                kept = head = b""
+                creates = self.command == "POST" and self.path.split("?")[0] == "/v1/responses"
                 for chunk in response.iter_bytes():
                     if exchange.status >= 300 and len(kept) < MAX_ERROR_BYTES:
                         kept += chunk
+                    elif creates and exchange.response_id is None and len(head) < ID_BYTES:
+                        # Before the client sees it, so it is there when the client's next
+                        # request (which may name it) arrives.
+                        head += chunk
+                        made = RESPONSE_ID.search(head)
+                        if made is not None:
+                            exchange.response_id = made.group(1).decode()
                     if self.command != "HEAD":
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         self.wfile.flush()
@@ -128,10 +147,18 @@ def _handler(proxy: RecordingProxy, client: httpx.Client) -> type[BaseHTTPReques
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that closes a kept-alive connection as it exits is no error of the proxy's;
+        # anything else still prints its traceback.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @contextlib.contextmanager
 def recording_proxy(upstream: str) -> Iterator[RecordingProxy]:
     with httpx.Client(timeout=httpx.Timeout(600.0, connect=5.0)) as client:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+        server = _Server(("127.0.0.1", 0), BaseHTTPRequestHandler)
         proxy = RecordingProxy(server, upstream.rstrip("/"))
         server.RequestHandlerClass = _handler(proxy, client)
         server.daemon_threads = True
