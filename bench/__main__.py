@@ -21,6 +21,7 @@ SUITES: dict[str, str] = {
     "template": "bench.template_render",
     "parsers": "bench.parser_cost",
     "overhead": "bench.overhead",
+    "tracing": "bench.tracing_overhead",
     "steps": "bench.hop_steps",
     "relay": "bench.relay_cost",
     "affinity": "bench.affinity",

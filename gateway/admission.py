@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -42,6 +43,7 @@ from gateway.errors import AuthenticationError, GatewayError, NoReplicaError, Ra
 from gateway.faces.errors import ErrorRenderer
 from gateway.observability.refusals import log_refusal
 from gateway.observability.timeline import RequestRecord
+from gateway.observability.tracing import RequestTrace
 from gateway.ratelimit import Decision, openai_limit_headers
 from gateway.settings import AdmissionSettings, ShutdownSettings
 from gateway.state import AppState
@@ -268,10 +270,15 @@ class AdmissionMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state: AppState = scope["app"].state.flashbox
         scope_state = scope.setdefault("state", {})
+        # Set by gateway.middleware only when tracing is on.
+        trace: RequestTrace | None = scope_state.get("trace")
+        began = time.perf_counter() if trace is not None else 0.0
         try:
             caller = authenticate(scope, state.auth)
         except AuthenticationError as exc:
             # Before anything is charged or taken: a wrong key costs its owner nothing.
+            if trace is not None:
+                _traced(trace, began, "unauthenticated", None)
             state.refused("unknown", exc, self.api)
             await self._answer(exc, scope, receive, send)
             return
@@ -279,12 +286,26 @@ class AdmissionMiddleware:
         key = caller.key_id if state.auth.enabled else limiter.identify(scope, False, None, None)
         # Whom the request's share of the engine counts against (gateway.fairness).
         scope_state["flow"] = key or "unknown"
+        # Only a configured key's id names the caller in a span (never an address, never a key).
+        key_id = caller.key_id if state.auth.enabled else None
         decision = None
         if limiter.enabled:
+            checked = time.perf_counter() if trace is not None else 0.0
             decision = None if key is None else await limiter.check(key)
+            if trace is not None:
+                allowed = decision is None or decision.allowed
+                trace.child(
+                    "rate_limit",
+                    trace.ns(checked),
+                    trace.ns(time.perf_counter()),
+                    {"flashbox.rate_limit.allowed": allowed},
+                    error=None if allowed else "rate_limited",
+                )
             if decision is not None:
                 headers = self.limit_headers(decision)
                 if not decision.allowed:
+                    if trace is not None:
+                        _traced(trace, began, "rate_limited", key_id)
                     error = decision.error()
                     error.headers = {
                         "retry-after": str(decision.retry_after),
@@ -299,10 +320,14 @@ class AdmissionMiddleware:
             await pool.acquire(entry)
         except GatewayError as exc:
             reason = exc.code or "refused"
+            if trace is not None:
+                _traced(trace, began, reason, key_id)
             await self._refuse(
                 state, exc, f"count_{reason}" if self.counting else reason, scope, receive, send
             )
             return
+        if trace is not None:
+            _traced(trace, began, "admitted", key_id)
         try:
             await self.app(scope, receive, send)
         finally:
@@ -332,6 +357,17 @@ class AdmissionMiddleware:
         log_refusal(scope, error)
         response = self.render_error(error, str(scope["state"].get("request_id", "")))
         await response(scope, receive, send)
+
+
+def _traced(trace: RequestTrace, began: float, outcome: str, key_id: str | None) -> None:
+    """The admission span: auth, the key's rate limit and the wait for a slot."""
+    attributes = {"flashbox.admission.outcome": outcome}
+    if key_id is not None:
+        attributes["flashbox.key_id"] = key_id
+        trace.set({"flashbox.key_id": key_id})
+    error = None if outcome == "admitted" else outcome
+    ended = trace.ns(time.perf_counter())
+    trace.child("admission", trace.ns(began), ended, attributes, error=error)
 
 
 def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,6 +30,7 @@ from gateway.faces.registry import ENDPOINTS, Endpoint, error_body, is_anthropic
 from gateway.faces.responses import route as responses_route
 from gateway.media.addresses import HostResolver
 from gateway.middleware import RequestContextMiddleware
+from gateway.observability.tracing import Tracing
 from gateway.routes import admin, health, metrics, models
 from gateway.settings import Settings, load_settings
 
@@ -186,6 +188,9 @@ def create_app(
     timeouts) can be shown through the whole app without a network; None: the real ones.
     """
     settings = settings or load_settings()
+    # None unless tracing is on (the setting or the OTEL_* endpoint variables): then the faces'
+    # endpoints are traced, and the spans left are exported when the app stops.
+    tracing = Tracing.build(settings.observability.tracing, [e.path for e in ENDPOINTS])
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -201,6 +206,9 @@ def create_app(
             yield
         finally:
             await app_state.stop(state)
+            if tracing is not None:
+                # The SDK's shutdown blocks while it exports what is queued.
+                await asyncio.to_thread(tracing.shutdown)
 
     app = GatewayApp(
         title="flashbox gateway",
@@ -219,6 +227,7 @@ def create_app(
     # header bounds). GatewayApp takes chat requests through these and then admission (whose
     # queue wait counts from that arrival) straight to gateway.routes.chat.serve_chat.
     app.state.admission = AdmissionController(settings.admission, settings.shutdown)
+    app.state.tracing = tracing
     security = settings.security
     app.add_middleware(
         RequestContextMiddleware,
@@ -226,6 +235,7 @@ def create_app(
         max_header_bytes=security.max_header_bytes,
         max_headers=security.max_headers,
         error_body=error_body,
+        tracing=tracing,
     )
     if security.cors_allow_origins:
         app.add_middleware(
@@ -240,7 +250,15 @@ def create_app(
                 "content-type",
                 "x-request-id",
                 "x-session-id",
+                "traceparent",
+                "tracestate",
             ],
-            expose_headers=["x-request-id", "request-id", "x-flashbox-replica", "retry-after"],
+            expose_headers=[
+                "x-request-id",
+                "request-id",
+                "x-flashbox-replica",
+                "x-flashbox-trace-id",
+                "retry-after",
+            ],
         )
     return app

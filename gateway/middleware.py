@@ -10,10 +10,13 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Protocol
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.observability.tracing import TRACE_ID_HEADER, RequestTrace, Tracing
 
 log = logging.getLogger("gateway.middleware")
 
@@ -54,9 +57,13 @@ class RequestContextMiddleware:
         max_header_bytes: int,
         max_headers: int,
         error_body: ErrorBody = openai_error_body,
+        tracing: Tracing | None = None,
     ) -> None:
         self.app = app
         self.error_body = error_body
+        # None unless tracing is on (gateway.observability.tracing): then the faces' requests
+        # get a server span, and their answers the trace id header.
+        self.tracing = tracing
         self.max_id = max_request_id_chars
         self.max_header_bytes = max_header_bytes
         self.max_headers = max_headers
@@ -109,6 +116,11 @@ class RequestContextMiddleware:
             await send({"type": "http.response.body", "body": body})
             return
 
+        trace: RequestTrace | None = None
+        tracing = self.tracing
+        if tracing is not None and scope["path"] in tracing.traced_paths:
+            trace = state["trace"] = tracing.start(scope, arrival, request_id)
+
         async def send_with_headers(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
@@ -116,14 +128,42 @@ class RequestContextMiddleware:
                 headers = list(message.get("headers", ()))
                 headers.append((b"x-request-id", request_id.encode()))
                 headers.append((b"x-flashbox-replica", str(state["replica"]).encode()))
+                if trace is not None:
+                    trace.status_code = message["status"]
+                    if trace.recording:
+                        headers.append((TRACE_ID_HEADER, trace.trace_id.encode()))
                 message = {**message, "headers": headers}
             await send(message)
 
+        if trace is None:
+            await self._serve(scope, receive, send_with_headers, request_id, lambda: started)
+            return
+        # The server span is current while the request runs: its log lines carry the trace id
+        # (gateway.observability.logging), and it ends here on every path.
+        token = trace.attach()
+        failure: BaseException | None = None
+        try:
+            await self._serve(scope, receive, send_with_headers, request_id, lambda: started)
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            trace.end(trace.status_code, failure)
+            trace.detach(token)
+
+    async def _serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send_with_headers: Send,
+        request_id: str,
+        started: Callable[[], bool],
+    ) -> None:
         try:
             await self.app(scope, receive, send_with_headers)
         except Exception:
             log.exception("unhandled error in request %s", request_id)
-            if started:
+            if started():
                 raise
             status, code, text = _INTERNAL_ERROR
             await send_with_headers(
@@ -134,4 +174,4 @@ class RequestContextMiddleware:
                 }
             )
             body = self.error_body(scope["path"], status, code, text, request_id)
-            await send({"type": "http.response.body", "body": body})
+            await send_with_headers({"type": "http.response.body", "body": body})

@@ -313,6 +313,11 @@ class RenderOffloadSettings(_Section):
 class ObservabilitySettings(_Section):
     log_level: str = "info"
     access_log: bool = False
+    # OpenTelemetry traces over OTLP (gateway/observability/tracing.py, docs/monitoring.md
+    # "Tracing"). Also on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+    # is set; where and how they go (endpoint, protocol, headers, sampler, service name) are
+    # the standard OTEL_* variables.
+    tracing: bool = False
 
 
 class AdmissionSettings(_Section):

@@ -13,8 +13,13 @@ from engine.launch import images, prefix_cache
 from engine.launch.cpu import variant_level
 from engine.launch.host import HostFacts
 from engine.launch.profile import EngineProfile, GpuArchitecture
+from engine.launch.traced_server import LEVEL_ENV as TRACE_LEVEL_ENV
 
 SGLANG_MODULE = "sglang.launch_server"
+# SGLang's server with its trace level set first (engine/launch/traced_server.py): sglang-kt
+# 0.7.2 has no flag for it, only /set_trace_level once it runs.
+TRACED_MODULE = "engine.launch.traced_server"
+_OTLP_PROTOCOLS = ("grpc", "http/protobuf")
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,7 @@ class _Builder:
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     secrets: set[str] = field(default_factory=set)
+    module: str = SGLANG_MODULE
 
     def flag(self, name: str, *values: object) -> None:
         self.args.append(name)
@@ -77,7 +83,7 @@ def build_plan(
     _observability(b)
     b.args.extend(profile.extra_args)
     return LaunchPlan(
-        argv=(python, "-m", SGLANG_MODULE, *b.args),
+        argv=(python, "-m", b.module, *b.args),
         env=dict(sorted(b.env.items())),
         notes=tuple(b.notes),
         problems=tuple(b.problems),
@@ -360,3 +366,41 @@ def _observability(b: _Builder) -> None:
         b.flag("--enable-metrics")
     if b.profile.server.enable_cache_report:
         b.flag("--enable-cache-report")
+    _tracing(b)
+
+
+def _tracing(b: _Builder) -> None:
+    """sglang-kt's OTLP traces: --enable-trace, the collector, a trace level (a launcher
+    variable read by engine/launch/traced_server.py). Its spans continue the gateway's trace
+    through the traceparent header of each /generate."""
+    tracing, env = b.profile.tracing, b.environ
+    traces_url = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    base_url = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    enabled = tracing.enabled
+    if enabled == "auto":
+        disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+        enabled = bool(traces_url or base_url) and not disabled
+    if not enabled:
+        return
+    # sglang-kt reads only the traces variable for its protocol, and takes gRPC by default.
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    ) or "grpc"
+    if protocol not in _OTLP_PROTOCOLS:
+        b.problems.append(f"OTLP protocol {protocol!r}: sglang-kt sends grpc or http/protobuf")
+        return
+    if protocol == "http/protobuf":
+        # Passed on its own, the endpoint is used as given: the full /v1/traces URL.
+        endpoint = traces_url or (base_url.rstrip("/") + "/v1/traces" if base_url else "")
+        endpoint = endpoint or f"http://{tracing.endpoint}/v1/traces"
+        b.env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = protocol
+    else:
+        endpoint = traces_url or base_url or tracing.endpoint
+    b.flag("--enable-trace")
+    b.flag("--otlp-traces-endpoint", endpoint)
+    b.env[TRACE_LEVEL_ENV] = str(tracing.level)
+    b.module = TRACED_MODULE
+    b.notes.append(
+        f"tracing on: OTLP {protocol} to {endpoint}, trace level {tracing.level}"
+        + (" (a span per decode step)" if tracing.level >= 3 else "")
+    )

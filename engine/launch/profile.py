@@ -65,6 +65,24 @@ class ServerSection(_Section):
     force_shutdown: bool = True
 
 
+class TracingSection(_Section):
+    """OpenTelemetry traces of the engine's requests (sglang-kt's --enable-trace), each a child
+    of the gateway's engine-call span through the traceparent header of /generate.
+
+    enabled: on, off, or auto (the default): on when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+    OTEL_EXPORTER_OTLP_ENDPOINT is set, the variables that turn the gateway's on. endpoint: the
+    collector's OTLP gRPC address, host:port (sglang-kt's --otlp-traces-endpoint); those
+    variables take its place when set. level: sglang-kt's trace level, 1 the request's stages
+    (tokenize, prefill waiting, prefill forward, decode forward), 2 also its dispatch between
+    processes, 3 also a span for every decode step (sglang-kt's own default: thousands of spans
+    for one long answer).
+    """
+
+    enabled: bool | Literal["auto"] = "auto"
+    endpoint: str = "localhost:4317"
+    level: int = Field(default=2, ge=1, le=3)
+
+
 class ImagesSection(_Section):
     """The engine's image bounds (`--mm-process-config`, `--limit-mm-data-per-request`).
 
@@ -219,6 +237,7 @@ class EngineProfile(_Section):
     images: ImagesSection | None = Field(default_factory=ImagesSection)
     prefix_cache: PrefixCacheSection = Field(default_factory=PrefixCacheSection)
     kernels: KernelsSection = Field(default_factory=KernelsSection)
+    tracing: TracingSection = Field(default_factory=TracingSection)
     doctor: DoctorSection = Field(default_factory=DoctorSection)
     env: dict[str, str] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)

@@ -211,6 +211,17 @@ class Relay:
         return usage
 
     @property
+    def finish_reason(self) -> str | None:
+        """Why the engine said it stopped (stop, length, abort); None: it did not say."""
+        kind = (self._finish or {}).get("type")
+        return kind if isinstance(kind, str) else None
+
+    @property
+    def usage(self) -> Usage | None:
+        """The answer's usage once settled."""
+        return self._usage
+
+    @property
     def phase(self) -> str:
         return "streaming" if self.streamed_tokens else "before_first_token"
 

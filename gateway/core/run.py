@@ -17,9 +17,11 @@ import time
 from functools import partial
 from typing import Any
 
+from opentelemetry.trace import Span
 from starlette.responses import Response
 from starlette.types import Receive
 
+from gateway.core import traced
 from gateway.core.answer import Answer
 from gateway.core.bounds import check_prompt_expansion, utf8_length
 from gateway.core.heads import HEAD_TOKENS_PARAM, prompt_head
@@ -31,8 +33,10 @@ from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError,
 from gateway.fairness import Slot
 from gateway.media import CheckedImage, ImageRef
 from gateway.observability.timeline import RequestRecord
+from gateway.observability.tracing import RequestTrace, traceparent
 from gateway.routing import Outcome, Replica, RequestContext, TurnOutput
 from gateway.routing.capacity import track_interval
+from gateway.routing.picker import Pick
 from gateway.routing.session_key import digest_text
 from gateway.sampling import add_constraint, generate_body
 from gateway.state import AppState
@@ -88,6 +92,14 @@ class Run:
         # What the request opened on the engine (its /generate response: a connection of the
         # pool) is given back here, on every exit (`aclose`), whoever else closes it first.
         self._owned = contextlib.AsyncExitStack()
+        # The request's trace (gateway.core.traced); None unless tracing is on, and then only
+        # is anything below noted for it.
+        self._trace: RequestTrace | None = scope_state.get("trace")
+        self._pick: Pick | None = None
+        self._engine_span: Span | None = None
+        self._engine_sent = 0.0
+        if self._trace is not None and self._trace.recording:
+            record.exemplar = {"trace_id": self._trace.trace_id}
 
     async def respond(self, receive: Receive) -> Response:
         """The answer to send. A stream's response finishes the request when it is sent
@@ -320,6 +332,8 @@ class Run:
         state = self._state
         pick = await state.picker.route(ctx, exclude=failed)
         replica = pick.replica
+        if self._trace is not None:
+            self._pick = pick
         self._take(replica, pick.prefill_s)
         self._record.mark("route")
         try:
@@ -348,12 +362,22 @@ class Run:
                 raise
             self._record.mark("slot")
             self._upstream_sent = True
+            parent = None
+            if self._trace is not None:
+                span = traced.engine_span(self._trace, self._request, replica, attempt)
+                self._engine_span, self._engine_sent = span, time.perf_counter()
+                parent = traceparent(span)
             try:
-                stream = await state.engine.open_generate(replica, body, self._request_id)
+                stream = await state.engine.open_generate(
+                    replica, body, self._request_id, traceparent=parent
+                )
                 self._owned.push_async_callback(stream.aclose)
                 self._record.mark("upstream_first_byte")  # the engine's response headers
                 return stream
             except GatewayError as exc:
+                if self._engine_span is not None:
+                    traced.engine_failed(self._engine_span, exc)
+                    self._engine_span = None
                 outcome, retryable = classify_failure(exc)
                 self._untake(replica)
                 state.picker.report(ctx, replica, outcome)
@@ -430,6 +454,11 @@ class Run:
             await self._owned.aclose()
         finally:
             self._give_back()
+            if self._trace is not None:
+                traced.close(
+                    self._trace, self._request, self._record, self._outcome, self._pick,
+                    self._relay, self._engine_span, self._engine_sent,
+                )  # fmt: skip
 
     def _give_back(self) -> None:
         # A stream that ended without finishing its record (it should not happen) still counts.

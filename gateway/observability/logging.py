@@ -5,6 +5,10 @@ through it: configured API keys and anything after `Bearer ` are replaced, and a
 to a bounded length so a prompt quoted in an exception cannot flood the log. Request bodies are
 logged only through `log_body`, which does nothing unless `security.log_bodies` is on and the
 level is debug.
+
+A line written while a traced request runs (gateway.middleware makes its server span current:
+uvicorn's access line with `observability.access_log`, a refusal, an error) ends with
+` trace_id=<32 hex>`, the id the client got in `x-flashbox-trace-id`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import logging
 import re
 from collections.abc import Sequence
 from typing import Any
+
+from opentelemetry.trace import get_current_span
 
 REDACTED = "[REDACTED]"
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s'\",]+")
@@ -43,6 +49,10 @@ class RedactingFilter(logging.Filter):
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         record.msg = self.redact(message)
         record.args = None
+        # One context lookup; only requests traced (tracing on, sampled) have a valid span.
+        span = get_current_span().get_span_context()
+        if span.is_valid and span.trace_flags.sampled:
+            record.msg += f" trace_id={span.trace_id:032x}"
         if record.exc_text:
             record.exc_text = self.redact(record.exc_text)
         return True

@@ -31,6 +31,9 @@ class RequestRecord:
     cached_tokens: int = 0
     completion_tokens: int = 0
     finished: bool = False
+    # {"trace_id": ...} when the request is traced (gateway.core.run): the TTFT and e2e
+    # observations carry it as an exemplar, shown in the OpenMetrics exposition.
+    exemplar: dict[str, str] | None = None
     # The ITL child, looked up once: labels() per event is measurable on the hot path.
     _itl: TokenGapCounts | None = None
 
@@ -76,11 +79,11 @@ class RequestRecord:
         if self.completion_tokens:
             child(m.generated_tokens, model).inc(self.completion_tokens)
         if error_kind is None:
-            child(m.e2e, model).observe(now - self.arrival)
+            child(m.e2e, model).observe(now - self.arrival, self.exemplar)
         if self.first_token_at is None:
             return
         ttft = self.first_token_at - self.arrival
-        child(m.ttft, model, api).observe(ttft)
+        child(m.ttft, model, api).observe(ttft, self.exemplar)
         uncached = self.prompt_tokens - self.cached_tokens
         if uncached > 0 and ttft > 0:
             child(m.prefill_rate, model).observe(uncached / ttft)

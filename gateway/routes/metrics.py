@@ -16,5 +16,6 @@ async def metrics(request: Request) -> Response:
     state = app_state(request)
     if state.settings.auth.protect_metrics:
         state.auth.check(request.headers.get("authorization"))
-    body, content_type = state.metrics.exposition()
+    # OpenMetrics when the scraper asks for it: its histograms carry exemplars (trace ids).
+    body, content_type = state.metrics.exposition(request.headers.get("accept"))
     return Response(body, media_type=content_type)

@@ -86,6 +86,10 @@ class AffinityPick:
     affinity: str
     # The prefill this request adds to the replica's queue (capacity.prefill_s).
     prefill_s: float = 0.0
+    # The lineage's kind (main, subagent, side) and the prompt tokens the replica should
+    # serve from its checkpoints (0: none promised); the request's trace shows both.
+    kind: str = MAIN
+    promised_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,7 +581,7 @@ class AffinityPicker:
         cached = 0
         if pending is not None:
             cached = max(pending.expected_cached, pending.expected_output)
-        return AffinityPick(replica, affinity, self._prefill_s(ctx, cached))
+        return AffinityPick(replica, affinity, self._prefill_s(ctx, cached), kind, cached)
 
     def _took(self, ctx: RequestContext, replica: Replica, now: float) -> None:
         """The request holds its pick of `replica` (and the trial there, while half-open)

@@ -603,7 +603,7 @@ class FleetPicker(AffinityPicker):
             name,
             pick.replica.name,
         )
-        return AffinityPick(target, pick.affinity, self._prefill_s(ctx, 0))
+        return AffinityPick(target, pick.affinity, self._prefill_s(ctx, 0), pick.kind)
 
     # -- what the pick reads -----------------------------------------------------------------
 

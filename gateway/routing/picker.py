@@ -52,6 +52,16 @@ class Pick(Protocol):
         """The prefill the request adds to the replica's queue (Replica.prefill_s)."""
         ...
 
+    @property
+    def kind(self) -> str:
+        """The lineage's kind: main, subagent or side (gateway.routing.lineage)."""
+        ...
+
+    @property
+    def promised_tokens(self) -> int:
+        """Prompt tokens the replica should serve from its checkpoints (0: none promised)."""
+        ...
+
 
 class ReplicaPicker(Protocol):
     @property

@@ -139,12 +139,19 @@ class EngineClient:
         return total + (self._generation.in_use if self._generation is not None else 0)
 
     async def open_generate(
-        self, replica: Replica, payload: dict[str, Any], request_id: str | None = None
+        self,
+        replica: Replica,
+        payload: dict[str, Any],
+        request_id: str | None = None,
+        *,
+        traceparent: str | None = None,
     ) -> EngineStream:
         """POST /generate with stream=true; returns once the engine answered with 200.
 
         `request_id` (the client's x-request-id, or the rid) goes along as the x-request-id
-        header: SGLang ignores it, but an operator's proxy or the simulator can log it."""
+        header: SGLang ignores it, but an operator's proxy or the simulator can log it.
+        `traceparent` (a traced request's engine-call span): SGLang makes its request span a
+        child of it."""
         url = self._urls.get(replica.base_url)
         if url is None:
             url = self._urls[replica.base_url] = replica.base_url + "/generate"
@@ -154,7 +161,7 @@ class EngineClient:
         answered: list[ResponseBody] = []
         try:
             async with asyncio.timeout_at(first_deadline):
-                answered.append(await self._post(url, body, request_id))
+                answered.append(await self._post(url, body, request_id, traceparent))
         except BaseException as exc:
             # The deadline (or a cancel) can land just after the engine answered: the
             # response is ours to give back before the error goes on.
@@ -211,9 +218,11 @@ class EngineClient:
             await stream.aclose()
         return meta
 
-    async def _post(self, url: str, body: bytes, request_id: str | None = None) -> ResponseBody:
+    async def _post(
+        self, url: str, body: bytes, request_id: str | None = None, traceparent: str | None = None
+    ) -> ResponseBody:
         if self._wire is not None and url.startswith("http://"):
-            return await self._wire.post(url, body, request_id)
+            return await self._wire.post(url, body, request_id, traceparent)
         if self._transport is None:
             # An https:// engine: TLS is httpx's job (the wire client speaks plain HTTP only).
             inner = self._injected or self._httpx_transport()
@@ -221,12 +230,11 @@ class EngineClient:
             self._transport = self._generation = _Counted(
                 inner, self._settings.max_connections, self._settings.pool_timeout_s
             )
+        headers = _JSON_HEADERS if request_id is None else {**_JSON_HEADERS, _ID: request_id}
+        if traceparent is not None:
+            headers = {**headers, "traceparent": traceparent}
         request = httpx.Request(
-            "POST",
-            url,
-            content=body,
-            headers=_JSON_HEADERS if request_id is None else {**_JSON_HEADERS, _ID: request_id},
-            extensions={"timeout": self._timeouts},
+            "POST", url, content=body, headers=headers, extensions={"timeout": self._timeouts}
         )
         return HttpxBody(await self._transport.handle_async_request(request))
 

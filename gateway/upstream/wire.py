@@ -291,14 +291,19 @@ class WirePool:
             target = self._targets[url] = (parts.hostname, port, head)
         return target
 
-    async def post(self, url: str, body: bytes, request_id: str | None = None) -> WireResponse:
-        """POST `body` as JSON; `request_id` becomes an x-request-id header."""
+    async def post(
+        self, url: str, body: bytes, request_id: str | None = None, traceparent: str | None = None
+    ) -> WireResponse:
+        """POST `body` as JSON; `request_id` becomes an x-request-id header, `traceparent` (the
+        gateway's own, 55 ASCII characters) a traceparent header."""
         host, port, head = self._target(url)
         if request_id is not None:
             header = request_id.encode("ascii", "replace")
             if b"\r" in header or b"\n" in header:
                 raise WireError("a request id may not hold a line break")
             head += b"X-Request-Id: " + header + b"\r\n"
+        if traceparent is not None:
+            head += b"traceparent: " + traceparent.encode("ascii") + b"\r\n"
         if self._slots.locked():
             try:
                 await asyncio.wait_for(self._slots.acquire(), self._pool_timeout)

@@ -77,8 +77,8 @@ def quantiles(
     return out
 
 
-def _target(query: Query, ref_id: str) -> prometheus.Dataquery:
-    return (
+def _target(query: Query, ref_id: str, exemplars: bool = False) -> prometheus.Dataquery:
+    target = (
         prometheus.Dataquery()
         .expr(query.expr)
         .legend_format(query.legend)
@@ -86,6 +86,7 @@ def _target(query: Query, ref_id: str) -> prometheus.Dataquery:
         .datasource(DATASOURCE)
         .range()
     )
+    return target.exemplar(True) if exemplars else target
 
 
 def _ref_ids(count: int) -> list[str]:
@@ -110,8 +111,11 @@ def graph(
     width: int = HALF_WIDTH,
     height: int = PANEL_HEIGHT,
     stacked: bool = False,
+    exemplars: bool = False,
 ) -> timeseries.Panel:
-    """A time-series panel; `stacked` draws the series on top of each other (parts of a whole)."""
+    """A time-series panel; `stacked` draws the series on top of each other (parts of a whole);
+    `exemplars` draws the histogram's exemplars too (a traced request's trace id, each a link to
+    its trace: the Prometheus datasource's exemplarTraceIdDestinations)."""
     panel = (
         timeseries.Panel()
         .title(title)
@@ -124,7 +128,13 @@ def graph(
         .line_width(1)
         .fill_opacity(10)
         .legend(_legend())
-        .targets([_target(q, ref) for q, ref in zip(queries, _ref_ids(len(queries)), strict=True)])
+        .targets(
+            # Exemplars are the histogram's, the same for every quantile: drawn once.
+            [
+                _target(q, ref, exemplars and ref == "A")
+                for q, ref in zip(queries, _ref_ids(len(queries)), strict=True)
+            ]
+        )
     )
     if stacked:
         panel = panel.stacking(common_builders.StackingConfig().mode(common.StackingMode.NORMAL))

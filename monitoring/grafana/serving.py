@@ -99,10 +99,12 @@ def _latency() -> list[PanelBuilder]:
             "Time to first token",
             "Request arrival at the gateway to the first generated token sent (reasoning, "
             "content or tool call). A checkpoint hit costs ~10 s on the reference box, a miss "
-            "at 60k context ~+103 s.",
+            "at 60k context ~+103 s. With tracing on, the dots are traced requests: each "
+            "opens its trace.",
             SECONDS,
             quantiles("flashbox_ttft_seconds"),
             width=THIRD_WIDTH,
+            exemplars=True,
         ),
         graph(
             "TTFT by API",
@@ -130,9 +132,11 @@ def _latency() -> list[PanelBuilder]:
         ),
         graph(
             "End-to-end latency",
-            "Request arrival to the last byte sent.",
+            "Request arrival to the last byte sent. With tracing on, the dots are traced "
+            "requests: each opens its trace.",
             SECONDS,
             quantiles("flashbox_e2e_latency_seconds"),
+            exemplars=True,
         ),
     ]
 

@@ -40,6 +40,11 @@ PINNED_ARGS = (
     ("kt-kernel", "KT_KERNEL_VERSION"),
 )
 INSTALL_STAMP = ".flashbox-installed"
+# sglang-kt's extras the engine image installs with it: `tracing` (the OpenTelemetry SDK and
+# its OTLP exporters; with --enable-trace and them missing, the server fails at start).
+# Installed over an existing venv with a stamp of their own, so adding one rebuilds nothing.
+ENGINE_EXTRAS = ("tracing",)
+EXTRAS_STAMP = ".flashbox-extras"
 
 
 def image_pins(dockerfile: Path = REPO_ROOT / "Dockerfile") -> list[str]:
@@ -84,8 +89,28 @@ def ensure_venv(venv: Path = VENV) -> Path:
             check=True,
         )
         stamp.write_text(wanted)
+    _install_extras(venv, python, pins)
     _install_path_files(python)
     return python
+
+
+def extras_requirement(pins: list[str]) -> str:
+    """`sglang-kt[tracing]==VERSION`: the image's sglang-kt pin with its extras."""
+    sglang = next(pin for pin in pins if pin.startswith("sglang-kt=="))
+    return sglang.replace("sglang-kt", f"sglang-kt[{','.join(ENGINE_EXTRAS)}]", 1)
+
+
+def _install_extras(venv: Path, python: Path, pins: list[str]) -> None:
+    requirement = extras_requirement(pins)
+    stamp = venv / EXTRAS_STAMP
+    if stamp.is_file() and stamp.read_text() == requirement + "\n":
+        return
+    print(f"engine-cpu: installing {requirement}")
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", requirement],
+        check=True,
+    )
+    stamp.write_text(requirement + "\n")
 
 
 def _install_path_files(python: Path) -> None:
