@@ -17,7 +17,6 @@ import time
 from functools import partial
 from typing import Any
 
-from opentelemetry.trace import Span
 from starlette.responses import Response
 from starlette.types import Receive
 
@@ -33,7 +32,7 @@ from gateway.errors import ClientDisconnected, ContextLengthError, GatewayError,
 from gateway.fairness import Slot
 from gateway.media import CheckedImage, ImageRef
 from gateway.observability.timeline import RequestRecord
-from gateway.observability.tracing import RequestTrace, traceparent
+from gateway.observability.tracing import LiveSpan, RequestTrace, traceparent
 from gateway.routing import Outcome, Replica, RequestContext, TurnOutput
 from gateway.routing.capacity import track_interval
 from gateway.routing.picker import Pick
@@ -96,7 +95,7 @@ class Run:
         # is anything below noted for it.
         self._trace: RequestTrace | None = scope_state.get("trace")
         self._pick: Pick | None = None
-        self._engine_span: Span | None = None
+        self._engine_span: LiveSpan | None = None
         self._engine_sent = 0.0
         if self._trace is not None and self._trace.recording:
             record.exemplar = {"trace_id": self._trace.trace_id}

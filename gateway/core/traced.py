@@ -7,18 +7,18 @@ from the times its RequestRecord kept. Never prompt or answer text: counts, name
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 from urllib.parse import urlsplit
-
-from opentelemetry.trace import Span, SpanKind
 
 from gateway.core.relay import Relay
 from gateway.core.request import CoreRequest
 from gateway.errors import GatewayError
 from gateway.observability import tracing as t
+from gateway.observability.otlp_export import KIND_CLIENT
 from gateway.observability.timeline import RequestRecord
-from gateway.observability.tracing import RequestTrace, end_span
+from gateway.observability.tracing import LiveSpan, RequestTrace
 from gateway.routing import Outcome, Replica
 from gateway.routing.picker import Pick
 
@@ -27,8 +27,12 @@ PROVIDER = "sglang"
 OPERATION = "chat"
 
 
-def engine_span(trace: RequestTrace, request: CoreRequest, replica: Replica, attempt: int) -> Span:
+def engine_span(
+    trace: RequestTrace, request: CoreRequest, replica: Replica, attempt: int
+) -> LiveSpan:
     """The engine call about to be sent (one per attempt), named as GenAI spans are."""
+    if not trace.recording:
+        return trace.unrecorded_child()  # it carries the trace to the engine, nothing more
     attributes: dict[str, Any] = {
         t.GEN_AI_OPERATION: OPERATION,
         t.GEN_AI_PROVIDER: PROVIDER,
@@ -44,19 +48,24 @@ def engine_span(trace: RequestTrace, request: CoreRequest, replica: Replica, att
         attributes[t.GEN_AI_REQUEST_TEMPERATURE] = sampling.temperature
     if sampling.top_p is not None:
         attributes[t.GEN_AI_REQUEST_TOP_P] = sampling.top_p
-    parts = urlsplit(replica.base_url)
-    if parts.hostname:
-        attributes["server.address"] = parts.hostname
-    if parts.port:
-        attributes["server.port"] = parts.port
-    return trace.start_child(f"{OPERATION} {request.model}", attributes, kind=SpanKind.CLIENT)
+    host, port = _address(replica.base_url)
+    if host:
+        attributes["server.address"] = host
+    if port:
+        attributes["server.port"] = port
+    return trace.start_child(f"{OPERATION} {request.model}", attributes, kind=KIND_CLIENT)
 
 
-def engine_failed(span: Span, error: GatewayError) -> None:
+@functools.lru_cache(maxsize=256)  # a replica's address, parsed once (a pure function's memo)
+def _address(base_url: str) -> tuple[str | None, int | None]:
+    parts = urlsplit(base_url)
+    return parts.hostname, parts.port
+
+
+def engine_failed(span: LiveSpan, error: GatewayError) -> None:
     """An attempt the engine did not take (retried elsewhere, or the request's error)."""
-    if span.is_recording():
-        span.set_attribute("error.type", type(error).__name__)
-    end_span(span, error=error.code or type(error).__name__)
+    span.set({"error.type": type(error).__name__})
+    span.end(error=error.code or type(error).__name__)
 
 
 def close(
@@ -66,10 +75,12 @@ def close(
     outcome: Outcome,
     pick: Pick | None,
     relay: Relay | None,
-    engine: Span | None,
+    engine: LiveSpan | None,
     engine_sent: float,
 ) -> None:
     """The request is over: its stage spans, and the engine span's results, then its end."""
+    if not trace.recording:
+        return  # nothing is recorded (the engine span, if any, records nothing either)
     now = time.perf_counter()
     end_ns = trace.ns(now)
     stages = record.stages
@@ -96,10 +107,9 @@ def close(
     _stages(trace, request, stages, pick, end_ns)
     if engine is None:
         return
-    if engine.is_recording():
-        engine.set_attributes(_engine_results(record, relay, pick, engine_sent, outcome))
+    engine.set(_engine_results(record, relay, pick, engine_sent, outcome))
     failed = outcome is Outcome.UPSTREAM_ERROR
-    end_span(engine, end_ns, error=str(outcome) if failed else None)
+    engine.end(end_ns, error=str(outcome) if failed else None)
 
 
 def _stages(

@@ -6,7 +6,11 @@ In a test it runs in-process on loopback ports of its own (`with OtlpReceiver() 
 as a stand-in for a trace backend it runs alone on Jaeger's ports:
 
     python -m tests.support.otlp_receiver [--host H] [--grpc-port 4317] [--http-port 4318]
-                                          [--query-port 16686] [--max-spans N]
+                                          [--query-port 16686] [--max-spans N] [--sink]
+
+`--sink` (a benchmark's receiver, bench/tracing_overhead.py): exports are taken, counted and
+answered, not decoded, so the receiver's own CPU does not compete with the process measured
+on a small machine; `GET /stats` says how many exports and bytes came, by protocol.
 
 Stdlib, grpcio and opentelemetry-proto only (the gateway's own dependencies).
 """
@@ -108,12 +112,27 @@ class SpanStore:
         self._spans: deque[ReceivedSpan] = deque(maxlen=max_spans)
         self._changed = threading.Condition()
         self.exports = 0
+        # Exports and bytes by protocol ("grpc", "http"), decoded or not (a sink's count).
+        self.received: dict[str, list[int]] = {"grpc": [0, 0], "http": [0, 0]}
+        # The headers (gRPC metadata) of the latest export by protocol, names lower-cased.
+        self.headers: dict[str, dict[str, str]] = {"grpc": {}, "http": {}}
+
+    def count(self, via: str, size: int, headers: Iterable[tuple[str, str]] = ()) -> None:
+        with self._changed:
+            counted = self.received[via]
+            counted[0] += 1
+            counted[1] += size
+            self.headers[via] = {name.lower(): value for name, value in headers}
 
     def add(self, spans: list[ReceivedSpan]) -> None:
         with self._changed:
             self._spans.extend(spans)
             self.exports += 1
             self._changed.notify_all()
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        with self._changed:
+            return {via: {"exports": n, "bytes": b} for via, (n, b) in self.received.items()}
 
     def spans(self, trace_id: str | None = None) -> list[ReceivedSpan]:
         with self._changed:
@@ -151,8 +170,24 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
     def Export(
         self, request: trace_service_pb2.ExportTraceServiceRequest, context: Any
     ) -> trace_service_pb2.ExportTraceServiceResponse:
+        self._store.count("grpc", request.ByteSize(), context.invocation_metadata())
         self._store.add(decode(request, "grpc"))
         return trace_service_pb2.ExportTraceServiceResponse()
+
+
+def _sink_service(store: SpanStore) -> grpc.GenericRpcHandler:
+    """TraceService/Export taking the request's bytes as they are (a sink: nothing decoded)."""
+
+    def export(request: bytes, context: Any) -> bytes:
+        store.count("grpc", len(request), context.invocation_metadata())
+        return b""  # an empty ExportTraceServiceResponse
+
+    handler = grpc.unary_unary_rpc_method_handler(
+        export, request_deserializer=None, response_serializer=None
+    )
+    return grpc.method_handlers_generic_handler(
+        "opentelemetry.proto.collector.trace.v1.TraceService", {"Export": handler}
+    )
 
 
 def jaeger_trace(trace_id: str, spans: list[ReceivedSpan]) -> dict[str, Any]:
@@ -204,7 +239,7 @@ def _jaeger_value(value: Any) -> Any:
     return json.dumps(value, default=str)
 
 
-def _handler(store: SpanStore) -> type[BaseHTTPRequestHandler]:
+def _handler(store: SpanStore, sink: bool) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -227,6 +262,10 @@ def _handler(store: SpanStore) -> type[BaseHTTPRequestHandler]:
                 self._answer(413, b"too large", "text/plain")
                 return
             body = self.rfile.read(length)
+            store.count("http", length, self.headers.items())
+            if sink:
+                self._answer(200, b"", "application/x-protobuf")
+                return
             if self.headers.get("content-encoding", "").lower() == "gzip":
                 body = gzip.decompress(body)
             request = trace_service_pb2.ExportTraceServiceRequest()
@@ -242,6 +281,9 @@ def _handler(store: SpanStore) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             if self.path == "/health":  # a process runner's readiness probe
                 self._answer(200, b"ok", "text/plain")
+                return
+            if self.path == "/stats":
+                self._answer(200, json.dumps(store.counts()).encode(), "application/json")
                 return
             match = _TRACE_PATH.match(self.path.split("?")[0])
             if match is None:
@@ -269,15 +311,19 @@ class OtlpReceiver:
         http_port: int = 0,
         query_ports: Iterable[int] = (),
         max_spans: int = MAX_SPANS,
+        sink: bool = False,
     ) -> None:
         self.host = host
         self.store = SpanStore(max_spans)
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _TraceService(self.store), self._grpc
-        )
+        if sink:
+            self._grpc.add_generic_rpc_handlers((_sink_service(self.store),))
+        else:
+            trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+                _TraceService(self.store), self._grpc
+            )
         self.grpc_port: int = self._grpc.add_insecure_port(f"{host}:{grpc_port}")
-        handler = _handler(self.store)
+        handler = _handler(self.store, sink)
         self._http = [
             ThreadingHTTPServer((host, port), handler) for port in (http_port, *query_ports)
         ]
@@ -348,9 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--http-port", type=int, default=4318)
     parser.add_argument("--query-port", type=int, default=16686)
     parser.add_argument("--max-spans", type=int, default=MAX_SPANS)
+    parser.add_argument(
+        "--sink", action="store_true", help="count exports, decode nothing (a benchmark's)"
+    )
     args = parser.parse_args(argv)
     receiver = OtlpReceiver(
-        args.host, args.grpc_port, args.http_port, (args.query_port,), args.max_spans
+        args.host, args.grpc_port, args.http_port, (args.query_port,), args.max_spans, args.sink
     ).start()
     print(
         f"otlp receiver: grpc {args.host}:{receiver.grpc_port}, http :{receiver.http_port}, "
