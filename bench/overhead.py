@@ -48,7 +48,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import httpx
 import psutil  # type: ignore[import-untyped]
@@ -353,28 +353,62 @@ def uvloop_run(coro: Any) -> None:
     uvloop.run(coro)
 
 
-def run(config: Config) -> list[LevelResult]:
+class Rounds(Protocol):
+    """What `measure` reads of a suite's config."""
+
+    @property
+    def levels(self) -> tuple[int, ...]: ...
+    @property
+    def requests_per_stream(self) -> int: ...
+    @property
+    def min_requests(self) -> int: ...
+    @property
+    def reps(self) -> int: ...
+    @property
+    def warmup(self) -> int: ...
+
+
+def measure(
+    targets: Mapping[str, Target],
+    sim_url: str,
+    config: Rounds,
+    describe: Callable[[LevelResult], str],
+    sample: Callable[[Target, str, int, int, int, _Samples], None] | None = None,
+) -> list[LevelResult]:
+    """Each level: `reps` rounds over the targets in a rotated order (so none always runs
+    first), their samples pooled per target (`sample`, default this suite's); one printed line
+    per target and level."""
+    sample = sample or _sample
     results: list[LevelResult] = []
-    with _stack(config, None) as (targets, sim_url):
-        names = list(targets)
-        for level in config.levels:
-            total = max(config.min_requests, level * config.requests_per_stream)
-            pooled = {name: _Samples([]) for name in names}
-            for rep in range(config.reps):
-                for name in names[rep % len(names) :] + names[: rep % len(names)]:
-                    _sample(targets[name], sim_url, level, total, config.warmup, pooled[name])
-            for name in names:
-                result = _result(name, level, pooled[name])
-                results.append(result)
-                print(
-                    f"{name:9} x{level:<3} ok {result.ok}/{result.requests} "
-                    f"ttft p50 {result.ttft_p50_ms:.1f} ms p99 {result.ttft_p99_ms:.1f} ms "
-                    f"engine {result.engine_ttft_p50_ms:.2f} ms "
-                    f"network+hops p50 {result.network_p50_ms:.2f} ms "
-                    f"cpu/token {result.cpu_us_per_token:.0f} us",
-                    flush=True,
-                )
+    names = list(targets)
+    for level in config.levels:
+        total = max(config.min_requests, level * config.requests_per_stream)
+        pooled = {name: _Samples([]) for name in names}
+        for rep in range(config.reps):
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:
+                sample(targets[name], sim_url, level, total, config.warmup, pooled[name])
+        for name in names:
+            result = _result(name, level, pooled[name])
+            results.append(result)
+            print(
+                f"{name:9} x{level:<3} ok {result.ok}/{result.requests} {describe(result)}",
+                flush=True,
+            )
     return results
+
+
+def run(config: Config) -> list[LevelResult]:
+    with _stack(config, None) as (targets, sim_url):
+        return measure(
+            targets,
+            sim_url,
+            config,
+            lambda r: (
+                f"ttft p50 {r.ttft_p50_ms:.1f} ms p99 {r.ttft_p99_ms:.1f} ms "
+                f"engine {r.engine_ttft_p50_ms:.2f} ms network+hops p50 {r.network_p50_ms:.2f} ms "
+                f"cpu/token {r.cpu_us_per_token:.0f} us"
+            ),
+        )
 
 
 def profile(config: Config, level: int, top: int = 25, face: Face = "openai") -> str:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.overhead import LevelResult, Target, _cpu_seconds, _result, _run_level, _Samples
+from bench.overhead import LevelResult, Target, _cpu_seconds, _run_level, _Samples, measure
 from bench.procs import Proc, free_port, start_gateway, start_process, start_sim
 from bench.sessions import fetch_engine_timings
 from bench.stats import ratio
@@ -143,24 +143,17 @@ def _stack(config: Config) -> Iterator[tuple[dict[str, Target], str, str]]:
 
 
 def run(config: Config) -> list[LevelResult]:
-    results: list[LevelResult] = []
     with _stack(config) as (targets, sim_url, receiver_url):
-        names = list(targets)
-        for level in config.levels:
-            total = max(config.min_requests, level * config.requests_per_stream)
-            pooled = {name: _Samples([]) for name in names}
-            for rep in range(config.reps):
-                for name in names[rep % len(names) :] + names[: rep % len(names)]:
-                    _sample(targets[name], sim_url, level, total, config.warmup, pooled[name])
-            for name in names:
-                result = _result(name, level, pooled[name])
-                results.append(result)
-                print(
-                    f"{name:9} x{level:<3} ok {result.ok}/{result.requests} "
-                    f"ttft p50 {result.ttft_p50_ms:.2f} ms hop p50 {result.network_p50_ms:.2f} ms "
-                    f"cpu/request {result.cpu_ms_per_request:.2f} ms",
-                    flush=True,
-                )
+        results = measure(
+            targets,
+            sim_url,
+            config,
+            lambda r: (
+                f"ttft p50 {r.ttft_p50_ms:.2f} ms hop p50 {r.network_p50_ms:.2f} ms "
+                f"cpu/request {r.cpu_ms_per_request:.2f} ms"
+            ),
+            _sample,
+        )
         # The traced targets' spans went out (the sink counts exports by protocol).
         counted = httpx.get(receiver_url + "/stats", timeout=5).json()
         for via in ("http", "grpc"):

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.npm_cli import AGENT_CLI_CACHE, NpmCli, install_npm_cli, run_cli
+from tests.support.npm_cli import AGENT_CLI_CACHE, NpmCli, install_npm_cli, json_lines, run_cli
 
 CODEX_PACKAGE = "@openai/codex"
 CODEX_VERSION = "0.171.0"
@@ -204,20 +204,7 @@ def run_codex(
     """Run `codex exec --json ... -- PROMPT` in cwd; kill its process group at the timeout."""
     argv = codex_argv(codex, prompt, sandbox=sandbox, extra_args=extra_args)
     returncode, stdout, stderr = run_cli(argv, env=env, cwd=cwd, timeout=timeout)
-    return CodexRun(returncode, _parse_events(stdout), stdout, stderr)
-
-
-def _parse_events(stdout: str) -> list[dict[str, Any]]:
-    """The JSONL events; a line that is not a JSON object is left out."""
-    events = []
-    for line in stdout.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events
+    return CodexRun(returncode, json_lines(stdout), stdout, stderr)
 
 
 def write_model_catalog(

@@ -9,6 +9,7 @@ tests/support/agent_cli.py (Claude Code) and tests/support/codex_cli.py (Codex) 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.support.procs import REPO_ROOT
 
@@ -142,3 +144,16 @@ def run_cli(
         stdout, stderr = proc.communicate()
         return None, stdout, stderr
     return proc.returncode, stdout, stderr
+
+
+def json_lines(stdout: str) -> list[dict[str, Any]]:
+    """The JSON objects of a CLI's JSONL output, one a line; other lines are left out."""
+    events = []
+    for line in stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.npm_cli import AGENT_CLI_CACHE, NpmCli, install_npm_cli, run_cli
+from tests.support.npm_cli import AGENT_CLI_CACHE, NpmCli, install_npm_cli, json_lines, run_cli
 
 OPENCODE_PACKAGE = "opencode-ai"
 OPENCODE_VERSION = "1.18.33"
@@ -193,12 +193,4 @@ def run_opencode(
     """Run `opencode run --format json [--session ID] ... PROMPT` in cwd."""
     argv = opencode_argv(opencode, prompt, session=session, extra_args=extra_args)
     returncode, stdout, stderr = run_cli(argv, env=env, cwd=cwd, timeout=timeout)
-    events = []
-    for line in stdout.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return OpencodeRun(returncode, events, stdout, stderr)
+    return OpencodeRun(returncode, json_lines(stdout), stdout, stderr)

@@ -39,6 +39,7 @@ from tests.support.client_matrix.base import (
     install_npm,
     run_checked,
 )
+from tests.support.npm_cli import json_lines
 
 # 7.8.1 is npm's latest, but its linux-x64 binary package was never published; 7.7.7 is the
 # newest whose native binary installs (the launcher fails without it).
@@ -98,18 +99,6 @@ def _env(run: Run) -> dict[str, str]:
     extra = {f"KILO_{name}": "1" for name in off}
     extra |= {"KILO_TELEMETRY_LEVEL": "off", "KILO_SERVER_PASSWORD": str(password)}
     return base_env(run.home, extra)
-
-
-def _events(stdout: str) -> list[dict[str, Any]]:
-    events = []
-    for line in stdout.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events
 
 
 def _free_port() -> int:
@@ -181,7 +170,7 @@ def _run(kilo: Path, case: str, run: Run) -> str:
             argv += ["--session", str(run.state["kilo_session"])]
         argv.append(PROMPTS[case])
         stdout, _ = run_checked(argv, env, run.work, f"kilo run {case}")
-        events = _events(stdout)
+        events = json_lines(stdout)
         session = next(
             (e["sessionID"] for e in events if isinstance(e.get("sessionID"), str)), None
         )
