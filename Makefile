@@ -45,8 +45,10 @@ test-cli: $(STAMP) ## the real agent CLIs and SDKs through the gateway (long ses
 
 # The images built and the compose stack run in Docker: Debian's docker.io and debootstrap
 # (installed when missing), a daemon started when none answers, local stand-ins for the images
-# registries would give (scripts/docker_stack). CI runs it.
-test-docker: $(STAMP) ## build the images and run the compose stack in Docker (sim and fleet profiles)
+# registries would give (scripts/docker_stack; the engine's wheels cached under
+# .cache/engine-wheels, ~5 GB once). The engine image runs on the CPU with a tiny model
+# (docs/deploy.md). CI runs it.
+test-docker: $(STAMP) ## build the images and run the compose stack in Docker (sim, fleet and cpu profiles)
 	@scripts/ensure-debs.sh docker.io debootstrap
 	$(PY) -m scripts.docker_stack
 	$(PY) -m pytest -q -s -m docker tests/docker $(PYTEST_ARGS); rc=$$?; \
@@ -88,6 +90,7 @@ dashboards: $(STAMP) ## regenerate the committed Grafana dashboard JSON from cod
 check-config: $(STAMP) ## validate compose.yaml for each profile and the engine profiles
 	$(VENV)/bin/docker-compose -f compose.yaml --profile sim config -q
 	$(VENV)/bin/docker-compose -f compose.yaml --profile gpu config -q
+	$(VENV)/bin/docker-compose -f compose.yaml --profile cpu config -q
 	$(PY) -m engine.launch --profile config/engine/rtx-pro-6000-epyc.yaml --dry-run
 
 up: ## on a GPU host: engine + gateway + Prometheus + Grafana

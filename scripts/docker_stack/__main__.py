@@ -1,6 +1,6 @@
 """Local stand-ins for the images `make test-docker` cannot pull, and a Docker daemon to use.
 
-    python -m scripts.docker_stack [--print-env]
+    python -m scripts.docker_stack [--print-env] [--engine]
 
 Image registries are unreachable on the machines CI runs on, so the official images the
 Dockerfile and compose.yaml name cannot be pulled. This builds stand-ins from Debian's packages
@@ -13,7 +13,12 @@ official images users get):
   the egress proxy PyPI is reached through) and lets pip install into the system Python, as
   the official python image does;
 - Prometheus (FLASHBOX_PROMETHEUS_IMAGE) and Valkey (FLASHBOX_VALKEY_IMAGE): Debian's prometheus
-  and redis-server on that base (Dockerfile.prometheus, Dockerfile.valkey here).
+  and redis-server on that base (Dockerfile.prometheus, Dockerfile.valkey here);
+- Jaeger (FLASHBOX_JAEGER_IMAGE, the `tracing` profile): the tests' OTLP receiver on that base,
+  which speaks OTLP and the one query of Jaeger's API the tests use (Dockerfile.jaeger);
+- for the engine image: uv from its PyPI wheel; --engine also builds flashbox-engine:dev, with a
+  wheelhouse of the engine's pins under .cache/engine-wheels when it has anything to install
+  (engine_image.py).
 
 Grafana has no Debian package: the test stack runs without it. A daemon is started (Debian's
 dockerd, logging to .cache/docker/dockerd.log) when none answers, and `--stop-daemon` stops
@@ -23,11 +28,13 @@ that one after the tests (a daemon found running is left alone).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,6 +47,8 @@ PACKAGES = "python3,python3-pip,python3-venv,ca-certificates,python-is-python3"
 PYTHON_IMAGE = "flashbox-local/python:3.11-bookworm"
 PROMETHEUS_IMAGE = "flashbox-local/prometheus:debian"
 VALKEY_IMAGE = "flashbox-local/valkey:debian"
+# Jaeger has no Debian package: the tests' own OTLP receiver stands in (Dockerfile.jaeger).
+RECEIVER = REPO / "tests" / "support" / "otlp_receiver.py"
 HOST_CAS = Path("/usr/local/share/ca-certificates")
 DAEMON_WAIT_S = 60.0
 PID_FILE = CACHE / "dockerd.pid"
@@ -149,19 +158,47 @@ def ensure_standins() -> None:
             )  # fmt: skip
 
 
+def jaeger_image() -> str:
+    """The Jaeger stand-in's tag: named by its receiver's content, so an edit rebuilds it."""
+    digest = hashlib.sha256(RECEIVER.read_bytes() + (HERE / "Dockerfile.jaeger").read_bytes())
+    return f"flashbox-local/jaeger:{digest.hexdigest()[:12]}"
+
+
+def ensure_jaeger_standin() -> None:
+    tag = jaeger_image()
+    if image_exists(tag):
+        return
+    with tempfile.TemporaryDirectory(prefix="jaeger-standin-") as context:
+        shutil.copy(HERE / "Dockerfile.jaeger", Path(context) / "Dockerfile")
+        shutil.copy(RECEIVER, Path(context) / "otlp_receiver.py")
+        _run(
+            "docker", "build", "-q", "--build-arg", f"BASE_IMAGE={PYTHON_IMAGE}", "-t", tag,
+            context, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+
+
 def compose_env() -> dict[str, str]:
     """What points the Dockerfile and compose.yaml at the stand-ins."""
     return {
         "FLASHBOX_PYTHON_IMAGE": PYTHON_IMAGE,
         "FLASHBOX_PROMETHEUS_IMAGE": PROMETHEUS_IMAGE,
         "FLASHBOX_VALKEY_IMAGE": VALKEY_IMAGE,
+        "FLASHBOX_JAEGER_IMAGE": jaeger_image(),
     }
 
 
-def prepare() -> dict[str, str]:
+def prepare(*, engine: bool = False) -> dict[str, str]:
+    """The daemon and the stand-ins; with engine=True those of the engine image too."""
     ensure_daemon()
     ensure_base()
     ensure_standins()
+    ensure_jaeger_standin()
+    if engine:
+        # The wheelhouse is made by the engine build itself, and only when it has something to
+        # install (engine_image.build_engine).
+        from scripts.docker_stack.engine_image import ensure_uv_standin
+
+        ensure_uv_standin()
     return compose_env()
 
 
@@ -171,11 +208,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stop-daemon", action="store_true", help="stop the dockerd this started, and nothing else"
     )
+    parser.add_argument(
+        "--engine", action="store_true", help="also build flashbox-engine:dev from the stand-ins"
+    )
     args = parser.parse_args(argv)
     if args.stop_daemon:
         stop_daemon()
         return 0
-    env = prepare()
+    env = prepare(engine=True)
+    if args.engine:
+        from scripts.docker_stack import engine_image
+
+        built = engine_image.main()
+        if built != 0:
+            return built
     if args.print_env:
         for key, value in env.items():
             print(f"{key}={value}")

@@ -84,10 +84,16 @@ def ensure_venv(venv: Path = VENV) -> Path:
         if venv.exists():
             shutil.rmtree(venv)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        # From the wheels make test-docker's engine image installs (.cache/engine-wheels, made
+        # once from PyPI by whichever suite comes first): the ~5 GB are downloaded once.
+        from scripts.docker_stack.engine_image import ensure_wheelhouse
+
+        wheels = ensure_wheelhouse(sys.executable)
         subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins],
+            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+             "--no-index", "--find-links", str(wheels), *pins],
             check=True,
-        )
+        )  # fmt: skip
         stamp.write_text(wanted)
     _install_extras(venv, python, pins)
     _install_path_files(python)

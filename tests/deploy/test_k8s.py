@@ -58,6 +58,9 @@ APPLY_ANNOTATION_BYTES = 256 * 1024
 # FLASHBOX_CONFIG is read by the settings sources, not a settings field.
 GATEWAY_ENV_OUTSIDE_FIELDS = {"FLASHBOX_CONFIG"}
 
+# Compose names them on the gateway and engine; kustomize adds them with components/tracing.
+TRACING_VARIABLES = {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL"}
+
 
 def _documented_secrets() -> dict[str, str]:
     """KEY -> value for each (possibly commented-out) KEY=value line of the example."""
@@ -165,7 +168,8 @@ def test_engine_matches_compose_and_its_profile(
     # The image's entrypoint (the launcher) with compose's arguments.
     assert "command" not in container
     assert container["args"] == compose["command"]
-    assert set(env_of(container)) == set(compose.get("environment", {}))
+    # The tracing variables reach the pods through components/tracing (envFrom its ConfigMap).
+    assert set(env_of(container)) == set(compose.get("environment", {})) - TRACING_VARIABLES
     assert pod["terminationGracePeriodSeconds"] == seconds(compose["stop_grace_period"])
     # compose's `init: true`: the pause process is PID 1 and reaps.
     assert compose["init"] is True
@@ -404,7 +408,9 @@ def test_service_monitors_match_compose_prometheus(renders: dict[str, list[Obj]]
     interval = prometheus["global"]["scrape_interval"]
     # kubernetes-validate has no schemas for custom resources: their shape is checked here.
     spec_keys = {"selector", "endpoints", "namespaceSelector", "jobLabel"}
-    endpoint_keys = {"port", "path", "interval", "scrapeTimeout", "scheme", "relabelings"}
+    endpoint_keys = {
+        "port", "path", "interval", "scrapeTimeout", "scheme", "relabelings", "metricRelabelings"
+    }  # fmt: skip
     relabel_keys = {"sourceLabels", "targetLabel", "replacement", "regex", "separator", "action"}
     for variant, (_, operator) in VARIANTS.items():
         objs = renders[variant]

@@ -33,7 +33,11 @@ GATEWAY = "http://127.0.0.1:8080"
 PROMETHEUS = "http://127.0.0.1:9090"
 MODEL = "glm-5.3-flash"
 COMPOSE = REPO_ROOT / ".venv" / "bin" / "docker-compose"
-SERVICES = ["gateway-sim", "engine-sim-a", "engine-sim-b", "prometheus"]
+SERVICES = ["gateway-sim", "engine-sim-a", "engine-sim-b", "prometheus", "jaeger"]
+JAEGER = "http://127.0.0.1:16686"
+# The stack runs with the tracing profile: the gateway exports to the Jaeger service (here its
+# stand-in, scripts/docker_stack/Dockerfile.jaeger) by the standard variable alone.
+TRACING = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://jaeger:4317"}
 HEALTH_WAIT_S = 120.0
 
 
@@ -45,6 +49,7 @@ def _env(**extra: str) -> dict[str, str]:
         **compose_env(),
         "FLASHBOX_GATEWAY_ADDR": "127.0.0.1",
         "FLASHBOX_API_KEYS": "",
+        **TRACING,
         **extra,
     }
 
@@ -109,13 +114,15 @@ def stack() -> Iterator[dict[str, Any]]:
         started = time.monotonic()
         compose("--profile", "sim", "build", "gateway-sim", "engine-sim-a")
         facts["build_s"] = time.monotonic() - started
-        compose("--profile", "sim", "up", "-d", *SERVICES)
+        compose("--profile", "sim", "--profile", "tracing", "up", "-d", *SERVICES)
         _wait_healthy(["gateway-sim", "engine-sim-a", "engine-sim-b"])
         _gateway_up()
         yield facts
     finally:
         compose(
-            "--profile", "sim", "--profile", "fleet", "down", "-v", "--remove-orphans", check=False
+            *("--profile", "sim", "--profile", "fleet", "--profile", "tracing"),
+            *("down", "-v", "--remove-orphans"),
+            check=False,
         )
 
 
@@ -142,6 +149,26 @@ def test_all_three_faces_answer_through_the_published_port(stack: dict[str, Any]
     assert message.content
     metrics = httpx.get(GATEWAY + "/metrics", timeout=5).text
     assert "flashbox_ttft_seconds_bucket" in metrics
+
+
+def test_a_request_s_trace_is_found_in_jaeger_by_its_response_header(
+    stack: dict[str, Any],
+) -> None:
+    """The tracing profile: the id the client got back names a trace that the Jaeger service
+    holds, with the gateway's server span and its engine-call span."""
+    raw = _chat()
+    trace_id = raw.headers["x-flashbox-trace-id"]
+    wanted = {"POST /v1/chat/completions", f"chat {MODEL}"}
+    deadline = time.monotonic() + 60
+    names: set[str] = set()
+    while time.monotonic() < deadline:
+        answer = httpx.get(f"{JAEGER}/api/traces/{trace_id}", timeout=5)
+        if answer.status_code == 200:
+            names = {span["operationName"] for span in answer.json()["data"][0]["spans"]}
+            if names >= wanted:
+                return
+        time.sleep(1)  # the gateway exports in batches
+    raise AssertionError(f"trace {trace_id}: spans {sorted(names)}, wanted {sorted(wanted)}")
 
 
 def test_prometheus_scrapes_the_gateway_and_both_simulators(stack: dict[str, Any]) -> None:

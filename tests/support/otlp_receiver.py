@@ -390,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         description="An OTLP trace receiver (gRPC and HTTP) with Jaeger's trace query API.",
     )
     parser.add_argument("--host", default="0.0.0.0")
+    # Jaeger's config overrides, which compose passes to the real image: the stand-in for it
+    # (scripts/docker_stack/Dockerfile.jaeger) takes the same command line and ignores them.
+    parser.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--grpc-port", type=int, default=4317)
     parser.add_argument("--http-port", type=int, default=4318)
     parser.add_argument("--query-port", type=int, default=16686)
