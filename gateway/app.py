@@ -205,10 +205,12 @@ def create_app(
         try:
             yield
         finally:
-            await app_state.stop(state)
-            if tracing is not None:
-                # The SDK's shutdown blocks while it exports what is queued.
-                await asyncio.to_thread(tracing.shutdown)
+            try:
+                await app_state.stop(state)
+            finally:
+                if tracing is not None:
+                    # Blocks while the export thread sends what is queued: off the loop.
+                    await asyncio.to_thread(tracing.shutdown)
 
     app = GatewayApp(
         title="flashbox gateway",

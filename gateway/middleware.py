@@ -150,6 +150,7 @@ class RequestContextMiddleware:
         finally:
             trace.end(trace.status_code, failure)
             trace.detach(token)
+            failure = None  # no frame -> exception -> traceback cycle left to the collector
 
     async def _serve(
         self,

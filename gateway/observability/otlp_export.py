@@ -127,7 +127,8 @@ def _any(value: Any) -> bytes:
     """An AnyValue message."""
     kind = type(value)
     if kind is str:
-        return _field(b"\x0a", value.encode())
+        # "replace": a lone surrogate must not sink the batch it is in.
+        return _field(b"\x0a", value.encode("utf-8", "replace"))
     if kind is bool:
         return b"\x10\x01" if value else b"\x10\x00"
     if kind is int:
@@ -145,7 +146,7 @@ def _any(value: Any) -> bytes:
         return b"\x18" + _varint(int(value) & _U64)
     if isinstance(value, float):
         return b"\x21" + _DOUBLE.pack(float(value))
-    return _field(b"\x0a", str(value).encode())
+    return _field(b"\x0a", str(value).encode("utf-8", "replace"))
 
 
 class Encoder:
@@ -270,7 +271,9 @@ def parse_headers(text: str | None) -> dict[str, str]:
         name = unquote(name).strip().lower()
         if not sep or not name or any(c in name for c in " \t\r\n:"):
             if pair.strip():
-                log.warning("OTLP header %r is not name=value: ignored", pair.strip())
+                # The name only: the value may be a collector's token.
+                said = pair.split("=", 1)[0].split(":", 1)[0].strip()
+                log.warning("OTLP header %r is not name=value: ignored", said)
             continue
         headers[name] = unquote(value).strip()
     return headers
@@ -551,7 +554,9 @@ class BatchExport:
             self._stop.set()
             self._wake.set()
             self._thread.join(self._config.export_timeout_s if timeout_s is None else timeout_s)
-        self._transport.close()
+        if not self._thread.is_alive():
+            # Else the thread closes it as it stops: one user of the transport at a time.
+            self._transport.close()
 
     def _run(self) -> None:
         while True:
@@ -569,6 +574,7 @@ class BatchExport:
                 self._done.notify_all()
             self._log_drops()
             if stopping:
+                self._transport.close()
                 return
 
     def _drain(self) -> None:

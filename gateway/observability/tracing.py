@@ -122,7 +122,6 @@ MAX_TRACESTATE_CHARS = 512  # the W3C bound; a longer or non-ASCII one is droppe
 FLAG_SAMPLED = 0x01
 # W3C Trace Context Level 2: the trace id's right 7 bytes are random (ours are), as the SDK sets.
 FLAG_RANDOM = 0x02
-MAX_EXCEPTION_MESSAGE = 1024
 MAX_STACKTRACE = 8192
 SAMPLERS = ("always_on", "always_off", "traceidratio")
 DEFAULT_SAMPLER = "parentbased_always_on"
@@ -494,10 +493,11 @@ def traceparent(span: LiveSpan) -> str:
 
 
 def _exception(error: BaseException) -> dict[str, Any]:
-    """The semantic conventions' exception event, bounded."""
-    stack = "".join(traceback.format_exception(error))
+    """The semantic conventions' exception event, bounded: the type and the frames, never the
+    message (an exception's text, or a chained one's, may quote the prompt or a key, and a span
+    skips the log's redaction)."""
+    stack = "".join(traceback.format_tb(error.__traceback__))
     return {
         "exception.type": type(error).__qualname__,
-        "exception.message": str(error)[:MAX_EXCEPTION_MESSAGE],
         "exception.stacktrace": stack[-MAX_STACKTRACE:],
     }

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -74,7 +75,11 @@ class WriteBack:
         while len(self._unsent) > self._pins.max_size:
             self._unsent.popitem(last=False)
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+            # A context of its own: a task started from a request would carry its trace id
+            # into every later log line of the writer.
+            self._flusher = asyncio.get_running_loop().create_task(
+                self._flush(), context=contextvars.Context()
+            )
 
     def turned(self, key: str, turn_ms: int) -> None:
         """A later turn of an unsent pin, served while the store is still away."""
@@ -107,7 +112,9 @@ class WriteBack:
 
     def _start_writer(self) -> None:
         if self._reports and (self._writer is None or self._writer.done()):
-            self._writer = asyncio.get_running_loop().create_task(self._write())
+            self._writer = asyncio.get_running_loop().create_task(
+                self._write(), context=contextvars.Context()
+            )
 
     async def _write(self) -> None:
         await asyncio.sleep(self._report_delay_s)

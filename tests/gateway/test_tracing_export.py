@@ -417,3 +417,44 @@ def test_the_variables_read() -> None:
     grpc = ExportConfig.from_environ("grpc", {"OTEL_EXPORTER_OTLP_INSECURE": "true"})
     assert (grpc.endpoint, grpc.insecure) == ("http://localhost:4317", True)
     assert parse_headers("k=v%20w, ,=x") == {"k": "v w"}
+
+
+def test_a_lone_surrogate_in_a_value_does_not_sink_the_batch() -> None:
+    """Python's json decodes "\\ud800" without complaint, so such text can reach a span; encoding
+    it strictly raised, and the export thread lost every span of the batch it was in."""
+    encoder = Encoder(RESOURCE, "flashbox.gateway", "1.0")
+    bad = record(0x3333, attributes={"text": "a\ud800b"}, events=(("e", NOW, {"m": "\udfff"}),))
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encoder.request([encoder.span(bad)]))
+    (span,) = request.resource_spans[0].scope_spans[0].spans
+    assert span.attributes[0].value.string_value == "a?b"
+
+
+def test_an_exception_event_carries_its_frames_never_its_message() -> None:
+    """An exception's message, or a chained one's, may quote the prompt; a span skips the log's
+    redaction, so the event keeps the type and the frames only."""
+    from gateway.observability.tracing import _exception
+
+    # Built at run time: the frames quote source lines, and the test's must not hold them.
+    prompt, key = " ".join(["prompt", "text"]), "-".join(["sk", "secret", "key"])
+    try:
+        try:
+            raise KeyError(f"the user's {prompt}")
+        except KeyError as inner:
+            raise RuntimeError(f"{key} in a message") from inner
+    except RuntimeError as error:
+        event = _exception(error)
+    assert event["exception.type"] == "RuntimeError"
+    assert "test_an_exception_event" in event["exception.stacktrace"]
+    text = repr(event)
+    assert prompt not in text
+    assert key not in text
+
+
+def test_a_malformed_header_pair_is_logged_without_its_value(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="gateway.tracing"):
+        assert parse_headers("x-team:SECRET-TOKEN,k=v") == {"k": "v"}
+    assert "SECRET-TOKEN" not in caplog.text
+    assert "x-team" in caplog.text
