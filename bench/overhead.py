@@ -204,12 +204,15 @@ def _sample(
     total: int,
     warmup: int,
     into: _Samples,
+    cpu: Callable[[Proc | None], float | None] = _cpu_seconds,
 ) -> None:
+    """One round of `total` requests at `concurrency`, after a warm-up; the hop's CPU read by
+    `cpu` (a suite may read it more finely)."""
     url, proc, face = target.url, target.proc, target.face
     asyncio.run(_run_level(url, min(concurrency, warmup), warmup, face))
-    cpu_before = _cpu_seconds(proc)
+    cpu_before = cpu(proc)
     records, wall = asyncio.run(_run_level(url, concurrency, total, face))
-    cpu_after = _cpu_seconds(proc)
+    cpu_after = cpu(proc)
     engine = fetch_engine_timings([sim_url])
     for rid, record in records:
         into.records.append(record)
@@ -373,12 +376,11 @@ def measure(
     sim_url: str,
     config: Rounds,
     describe: Callable[[LevelResult], str],
-    sample: Callable[[Target, str, int, int, int, _Samples], None] | None = None,
+    cpu: Callable[[Proc | None], float | None] = _cpu_seconds,
 ) -> list[LevelResult]:
     """Each level: `reps` rounds over the targets in a rotated order (so none always runs
-    first), their samples pooled per target (`sample`, default this suite's); one printed line
-    per target and level."""
-    sample = sample or _sample
+    first), their samples pooled per target (the hop's CPU read by `cpu`); one printed line per
+    target and level."""
     results: list[LevelResult] = []
     names = list(targets)
     for level in config.levels:
@@ -386,7 +388,7 @@ def measure(
         pooled = {name: _Samples([]) for name in names}
         for rep in range(config.reps):
             for name in names[rep % len(names) :] + names[: rep % len(names)]:
-                sample(targets[name], sim_url, level, total, config.warmup, pooled[name])
+                _sample(targets[name], sim_url, level, total, config.warmup, pooled[name], cpu)
         for name in names:
             result = _result(name, level, pooled[name])
             results.append(result)

@@ -25,7 +25,6 @@ a small machine; the run checks that every traced target's exports arrived.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -36,9 +35,8 @@ from pathlib import Path
 
 import httpx
 
-from bench.overhead import LevelResult, Target, _cpu_seconds, _run_level, _Samples, measure
+from bench.overhead import LevelResult, Target, _cpu_seconds, measure
 from bench.procs import Proc, free_port, start_gateway, start_process, start_sim
-from bench.sessions import fetch_engine_timings
 from bench.stats import ratio
 
 TARGETS = ("off", "on", "on-grpc", "unsampled")
@@ -73,28 +71,6 @@ def _cpu(proc: Proc | None) -> float | None:
     except (OSError, ValueError, IndexError):
         return _cpu_seconds(proc)
     return total / 1e9
-
-
-def _sample(
-    target: Target, sim_url: str, concurrency: int, total: int, warmup: int, into: _Samples
-) -> None:
-    """bench.overhead's sampling, with the CPU read by `_cpu`."""
-    asyncio.run(_run_level(target.url, min(concurrency, warmup), warmup, target.face))
-    cpu_before = _cpu(target.proc)
-    records, wall = asyncio.run(_run_level(target.url, concurrency, total, target.face))
-    cpu_after = _cpu(target.proc)
-    engine = fetch_engine_timings([sim_url])
-    for rid, record in records:
-        into.records.append(record)
-        timing = engine.get(rid)
-        if record.ok and record.ttft is not None and timing is not None:
-            into.network_s.append(record.ttft - timing.wall_ttft_s)
-            into.engine_s.append(timing.wall_ttft_s)
-    into.wall_s += wall
-    if into.cpu_s is not None and cpu_before is not None and cpu_after is not None:
-        into.cpu_s += cpu_after - cpu_before
-    else:
-        into.cpu_s = None
 
 
 @contextmanager
@@ -152,7 +128,7 @@ def run(config: Config) -> list[LevelResult]:
                 f"ttft p50 {r.ttft_p50_ms:.2f} ms hop p50 {r.network_p50_ms:.2f} ms "
                 f"cpu/request {r.cpu_ms_per_request:.2f} ms"
             ),
-            _sample,
+            _cpu,
         )
         # The traced targets' spans went out (the sink counts exports by protocol).
         counted = httpx.get(receiver_url + "/stats", timeout=5).json()
